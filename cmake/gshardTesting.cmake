@@ -1,0 +1,107 @@
+include_guard(GLOBAL)
+# Test registration helpers for gshard's own test suite.
+#
+#   gshard_add_mpi_test(NAME name SOURCES a.cpp ... [RANKS 1 2 4 8] [TIMEOUT seconds] [LIBRARIES ...])
+#     One doctest executable, registered once per rank count as name.npN. mpirun's own --timeout
+#     ends a hung job (every rank, no orphans); CTest's TIMEOUT is a backstop above it.
+#
+#   gshard_add_compile_fail_test(NAME name SOURCE case.cpp [HARNESS_MUST_REPORT regex])
+#     The source must NOT compile, and the compiler's output must contain, within its first
+#     GSHARD_COMPILE_FAIL_MAX_LINES lines, the text of the source's "// expect-error: <text>" line.
+#     HARNESS_MUST_REPORT (harness self-tests only) inverts it: the check must fail with that text.
+
+set(GSHARD_TEST_RANKS 1 2 4 8 CACHE STRING "Rank counts every distributed test runs at")
+set(GSHARD_TEST_TIMEOUT 300 CACHE STRING "Default seconds before a distributed test counts as hung")
+set(GSHARD_COMPILE_FAIL_MAX_LINES 20 CACHE STRING "A compile-fail diagnostic must appear within this many lines")
+
+find_package(doctest REQUIRED)
+
+# Variables every mpirun we start needs: running as root (containers, CI), oversubscribed cores
+# (8 ranks on 2 cores) without busy-polling, and no CMA single-copy, which sandboxes forbid.
+set(GSHARD_MPI_ENVIRONMENT
+  OMPI_ALLOW_RUN_AS_ROOT=1
+  OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  OMPI_MCA_mpi_yield_when_idle=1
+  OMPI_MCA_btl_vader_single_copy_mechanism=none
+  OMPI_MCA_rmaps_base_oversubscribe=1)
+
+execute_process(COMMAND "${MPIEXEC_EXECUTABLE}" --version OUTPUT_VARIABLE _gshard_mpiexec_version
+  ERROR_VARIABLE _gshard_mpiexec_version)
+if(_gshard_mpiexec_version MATCHES "Open MPI|OpenRTE")
+  set(GSHARD_MPIEXEC_IS_OPENMPI ON)
+else()
+  set(GSHARD_MPIEXEC_IS_OPENMPI OFF)
+  message(WARNING "gshard tests: ${MPIEXEC_EXECUTABLE} is not Open MPI's; hung tests end only at "
+    "CTest's timeout, which may leave ranks behind")
+endif()
+set(GSHARD_MPIEXEC_PREFLAGS ${MPIEXEC_PREFLAGS})
+if(GSHARD_MPIEXEC_IS_OPENMPI)
+  list(APPEND GSHARD_MPIEXEC_PREFLAGS --oversubscribe --bind-to none)
+endif()
+
+# The doctest main shared by every distributed test: compiled once.
+add_library(gshard_test_main STATIC "${PROJECT_SOURCE_DIR}/tests/support/mpi_test_main.cpp")
+target_link_libraries(gshard_test_main PUBLIC gshard::gshard doctest::doctest PRIVATE gshard_warnings)
+target_include_directories(gshard_test_main PUBLIC "${PROJECT_SOURCE_DIR}/tests/support")
+
+# The mpirun command line for NRANKS ranks with a hang limit of TIMEOUT seconds.
+function(gshard_mpirun_command out nranks timeout)
+  set(cmd "${MPIEXEC_EXECUTABLE}" ${GSHARD_MPIEXEC_PREFLAGS})
+  if(GSHARD_MPIEXEC_IS_OPENMPI)
+    list(APPEND cmd --timeout ${timeout})
+  endif()
+  list(APPEND cmd ${MPIEXEC_NUMPROC_FLAG} ${nranks})
+  set(${out} ${cmd} PARENT_SCOPE)
+endfunction()
+
+function(gshard_add_mpi_test)
+  cmake_parse_arguments(arg "" "NAME;TIMEOUT" "SOURCES;RANKS;LIBRARIES;LABELS" ${ARGN})
+  if(NOT arg_RANKS)
+    set(arg_RANKS ${GSHARD_TEST_RANKS})
+  endif()
+  if(NOT arg_TIMEOUT)
+    set(arg_TIMEOUT ${GSHARD_TEST_TIMEOUT})
+  endif()
+  add_executable(${arg_NAME} ${arg_SOURCES})
+  target_link_libraries(${arg_NAME} PRIVATE gshard_test_main gshard_warnings ${arg_LIBRARIES})
+  foreach(n IN LISTS arg_RANKS)
+    gshard_mpirun_command(mpirun ${n} ${arg_TIMEOUT})
+    add_test(NAME ${arg_NAME}.np${n} COMMAND ${mpirun} $<TARGET_FILE:${arg_NAME}>)
+    math(EXPR backstop "${arg_TIMEOUT} + 30")
+    set_tests_properties(${arg_NAME}.np${n} PROPERTIES
+      PROCESSORS ${n}
+      TIMEOUT ${backstop}
+      LABELS "mpi;np${n};${arg_LABELS}"
+      ENVIRONMENT "${GSHARD_MPI_ENVIRONMENT}")
+  endforeach()
+endfunction()
+
+function(gshard_add_compile_fail_test)
+  cmake_parse_arguments(arg "" "NAME;SOURCE;HARNESS_MUST_REPORT" "" ${ARGN})
+  get_filename_component(source "${arg_SOURCE}" ABSOLUTE)
+  file(STRINGS "${source}" expect_line REGEX "^// expect-error: ")
+  if(NOT expect_line)
+    message(FATAL_ERROR "${arg_SOURCE}: a compile-fail case needs a '// expect-error: <text>' line")
+  endif()
+  string(REGEX REPLACE "^// expect-error: " "" expected "${expect_line}")
+  set(target compile_fail_${arg_NAME})
+  add_executable(${target} EXCLUDE_FROM_ALL "${source}")
+  target_link_libraries(${target} PRIVATE gshard::gshard)
+  set(check "${CMAKE_COMMAND}"
+    -D "BUILD_DIR=${PROJECT_BINARY_DIR}"
+    -D "TARGET=${target}"
+    -D "CONFIG=$<CONFIG>"
+    -D "EXPECTED=${expected}"
+    -D "MAX_LINES=${GSHARD_COMPILE_FAIL_MAX_LINES}"
+    -P "${PROJECT_SOURCE_DIR}/tests/harness/expect_compile_error.cmake")
+  if(arg_HARNESS_MUST_REPORT)
+    # A harness self-test: the check itself must fail, saying HARNESS_MUST_REPORT.
+    string(JOIN "|" check ${check})
+    set(check "${CMAKE_COMMAND}" -D "COMMAND=${check}" -D "EXPECT=${arg_HARNESS_MUST_REPORT}"
+      -D MAX_SECONDS=300 -P "${PROJECT_SOURCE_DIR}/tests/harness/expect_failure.cmake")
+  endif()
+  add_test(NAME compile_fail.${arg_NAME} COMMAND ${check})
+  # One build-tool invocation at a time in the shared build tree.
+  set_tests_properties(compile_fail.${arg_NAME} PROPERTIES
+    LABELS compile_fail RESOURCE_LOCK gshard_build_tree TIMEOUT 300)
+endfunction()

@@ -1,0 +1,67 @@
+#pragma once
+// gshard::Environment: brings MPI and Kokkos up and down in the right order, and leaves alone
+// whatever the host application initialised itself.
+#include <mpi.h>
+#include <Kokkos_Core.hpp>
+
+#include "../core/error.hpp"
+
+namespace gshard {
+
+/// RAII scope for MPI and Kokkos. Starts MPI (MPI_THREAD_FUNNELED: only the main thread calls
+/// MPI) unless the application already did, then Kokkos unless already initialised. The
+/// destructor finalises only what this object started: Kokkos first, then MPI, because device
+/// buffers must be gone before a CUDA-aware MPI shuts down. Every Sharded tensor and Kokkos::View
+/// must be destroyed before the Environment is.
+class Environment {
+ public:
+  Environment(int& argc, char**& argv) { start(&argc, &argv); }
+  Environment() { start(nullptr, nullptr); }
+
+  Environment(const Environment&) = delete;
+  Environment& operator=(const Environment&) = delete;
+  Environment(Environment&&) = delete;
+  Environment& operator=(Environment&&) = delete;
+
+  ~Environment() {
+    if (owns_kokkos_ && Kokkos::is_initialized()) Kokkos::finalize();
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (owns_mpi_ && !finalized) MPI_Finalize();
+  }
+
+  /// True when this object called MPI_Init_thread (and so will call MPI_Finalize).
+  [[nodiscard]] bool owns_mpi() const noexcept { return owns_mpi_; }
+  /// True when this object called Kokkos::initialize (and so will call Kokkos::finalize).
+  [[nodiscard]] bool owns_kokkos() const noexcept { return owns_kokkos_; }
+  /// The MPI thread level in force (as provided by MPI_Init_thread or MPI_Query_thread).
+  [[nodiscard]] int mpi_thread_level() const noexcept { return thread_level_; }
+
+ private:
+  void start(int* argc, char*** argv) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (initialized == 0) {
+      if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &thread_level_) != MPI_SUCCESS)
+        throw Error("Environment", "MPI_Init_thread failed");
+      owns_mpi_ = true;
+    } else {
+      MPI_Query_thread(&thread_level_);
+    }
+    if (!Kokkos::is_initialized()) {
+      if (argc != nullptr && argv != nullptr) {
+        Kokkos::initialize(*argc, *argv);
+      } else {
+        int no_argc = 0;
+        Kokkos::initialize(no_argc, nullptr);
+      }
+      owns_kokkos_ = true;
+    }
+  }
+
+  bool owns_mpi_ = false;
+  bool owns_kokkos_ = false;
+  int thread_level_ = MPI_THREAD_SINGLE;
+};
+
+}  // namespace gshard

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs, from Debian 12's packages, whatever gshard needs and is missing. Non-interactive,
+# idempotent, and quick (no apt at all) when everything is already there.
+#   scripts/install-deps.sh [build|test|demo]   (default: build)
+set -euo pipefail
+
+purpose=${1:-build}
+packages=(g++ make cmake libopenmpi-dev openmpi-bin libeigen3-dev doctest-dev libtrilinos-kokkos-dev)
+case "$purpose" in
+  build) ;;
+  test) packages+=(clang-format) ;;
+  demo) ;;
+  *) echo "usage: $0 [build|test|demo]" >&2; exit 2 ;;
+esac
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+  [ "$status" = installed ] || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  sudo=(sudo)
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

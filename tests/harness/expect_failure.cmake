@@ -1,0 +1,23 @@
+# Runs COMMAND (arguments separated by '|') and succeeds only if it FAILS, within MAX_SECONDS,
+# printing something that matches EXPECT. Used to test the test harness itself.
+foreach(var COMMAND EXPECT MAX_SECONDS)
+  if(NOT DEFINED ${var})
+    message(FATAL_ERROR "expect_failure.cmake: ${var} is not set")
+  endif()
+endforeach()
+string(REPLACE "|" ";" command "${COMMAND}")
+string(TIMESTAMP start "%s")
+execute_process(COMMAND ${command} RESULT_VARIABLE result OUTPUT_VARIABLE out ERROR_VARIABLE out
+  TIMEOUT ${MAX_SECONDS})
+string(TIMESTAMP stop "%s")
+math(EXPR elapsed "${stop} - ${start}")
+if(result EQUAL 0)
+  message(FATAL_ERROR "the command passed, but it must fail:\n${out}")
+endif()
+if(result MATCHES "timeout|Timeout")
+  message(FATAL_ERROR "the command ran past ${MAX_SECONDS} s: the harness did not end it:\n${out}")
+endif()
+if(NOT out MATCHES "${EXPECT}")
+  message(FATAL_ERROR "the command failed (${result}) but its output does not match \"${EXPECT}\":\n${out}")
+endif()
+message(STATUS "failed as expected (exit ${result}) after ${elapsed} s; output matches \"${EXPECT}\"")

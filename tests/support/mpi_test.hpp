@@ -1,0 +1,22 @@
+#pragma once
+// Helpers for distributed doctest cases (linked with mpi_test_main.cpp).
+#include <doctest/doctest.h>
+#include <mpi.h>
+
+#include <gshard/gshard.hpp>
+
+namespace gshard::test {
+
+inline int world_rank() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+inline int world_size() {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
+}  // namespace gshard::test

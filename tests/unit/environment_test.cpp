@@ -1,0 +1,47 @@
+// Environment brings up MPI and Kokkos; Error formats its message. Checked against MPI's own
+// answers and a closed-form sum.
+#include <string>
+
+#include "mpi_test.hpp"
+
+TEST_CASE("Environment: MPI and Kokkos are up inside the test main") {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  CHECK(initialized == 1);
+  CHECK(Kokkos::is_initialized());
+  int level = -1;
+  MPI_Query_thread(&level);
+  CHECK(level >= MPI_THREAD_FUNNELED);
+}
+
+TEST_CASE("Environment: a nested Environment leaves the outer MPI and Kokkos alone") {
+  {
+    gshard::Environment inner;
+    CHECK_FALSE(inner.owns_mpi());
+    CHECK_FALSE(inner.owns_kokkos());
+  }
+  // Still usable after the inner one is gone: a Kokkos kernel and a collective.
+  const int rank = gshard::test::world_rank();
+  const int size = gshard::test::world_size();
+  Kokkos::View<long*> values("values", 100);
+  Kokkos::parallel_for(
+      "fill", Kokkos::RangePolicy<>(0, 100),
+      KOKKOS_LAMBDA(const int i) { values(i) = static_cast<long>(rank) * 100 + i; });
+  long local = 0;
+  Kokkos::parallel_reduce(
+      "sum", Kokkos::RangePolicy<>(0, 100),
+      KOKKOS_LAMBDA(const int i, long& acc) { acc += values(i); }, local);
+  long total = 0;
+  MPI_Allreduce(&local, &total, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+  // Every rank contributed r*100 + i for i < 100: sum = 100 * 100 * size(size-1)/2 + size * 4950.
+  const long n = size;
+  CHECK(total == 100L * 100L * n * (n - 1) / 2 + n * 4950L);
+}
+
+TEST_CASE("Error: what() names the op and the detail") {
+  const gshard::Error error("Mesh", "axis sizes 2x4 = 8 do not match the communicator size 4");
+  CHECK(error.op() == "Mesh");
+  CHECK(std::string(error.what()) ==
+        "gshard::Mesh: axis sizes 2x4 = 8 do not match the communicator size 4");
+  CHECK_THROWS_AS(throw error, gshard::Error);
+}
