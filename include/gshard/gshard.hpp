@@ -1,5 +1,16 @@
 #pragma once
 // The umbrella header: users include this and nothing else.
+#include "comm/collectives.hpp"
+#include "comm/counters.hpp"
+#include "core/diagnostics.hpp"
 #include "core/error.hpp"
+#include "core/fixed_string.hpp"
+#include "core/layout.hpp"
 #include "mesh/environment.hpp"
+#include "mesh/mesh.hpp"
+#include "spmd/plan.hpp"
+#include "spmd/reshard.hpp"
+#include "tensor/creation.hpp"
+#include "tensor/geometry.hpp"
+#include "tensor/sharded.hpp"
 #include "version.hpp"

@@ -1,0 +1,130 @@
+#pragma once
+// MPI collectives over buffers that MPI can read (host memory, or device memory with a
+// device-aware MPI), each counted in comm_counters().
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "../core/error.hpp"
+#include "counters.hpp"
+
+namespace gshard::detail {
+
+template <class T>
+MPI_Datatype mpi_type() {
+  if constexpr (std::is_same_v<T, float>)
+    return MPI_FLOAT;
+  else if constexpr (std::is_same_v<T, double>)
+    return MPI_DOUBLE;
+  else if constexpr (std::is_same_v<T, std::int32_t>)
+    return MPI_INT32_T;
+  else if constexpr (std::is_same_v<T, std::int64_t>)
+    return MPI_INT64_T;
+  else
+    static_assert(sizeof(T) == 0, "gshard: element type must be float, double, int32_t or int64_t");
+}
+
+enum class ReduceOp { sum, max, min };
+
+inline MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+      return MPI_SUM;
+    case ReduceOp::max:
+      return MPI_MAX;
+    case ReduceOp::min:
+      return MPI_MIN;
+  }
+  return MPI_SUM;
+}
+
+inline void check_mpi(int code, const char* what) {
+  if (code != MPI_SUCCESS) throw Error(what, "MPI returned error code " + std::to_string(code));
+}
+
+inline int mpi_count(std::int64_t n, const char* what) {
+  if (n > INT32_MAX)
+    throw Error(what, "a message of " + std::to_string(n) + " elements exceeds MPI's int count");
+  return static_cast<int>(n);
+}
+
+inline int group_size(MPI_Comm comm) {
+  int k = 1;
+  MPI_Comm_size(comm, &k);
+  return k;
+}
+
+/// recv[k * n] = every rank's send[n], in group-rank order.
+template <class T>
+void all_gather(const T* send, T* recv, std::int64_t n, MPI_Comm comm, const std::string& axes) {
+  const int k = group_size(comm);
+  check_mpi(MPI_Allgather(send, mpi_count(n, "AllGather"), mpi_type<T>(), recv,
+                          mpi_count(n, "AllGather"), mpi_type<T>(), comm),
+            "AllGather");
+  comm_counters().add(axes, Collective::all_gather, (k - 1) * n * std::int64_t{sizeof(T)});
+}
+
+/// send[k][n] -> recv[k][n]: block j goes to group rank j.
+template <class T>
+void all_to_all(const T* send, T* recv, std::int64_t n, MPI_Comm comm, const std::string& axes) {
+  const int k = group_size(comm);
+  check_mpi(MPI_Alltoall(send, mpi_count(n, "AllToAll"), mpi_type<T>(), recv,
+                         mpi_count(n, "AllToAll"), mpi_type<T>(), comm),
+            "AllToAll");
+  comm_counters().add(axes, Collective::all_to_all, (k - 1) * n * std::int64_t{sizeof(T)});
+}
+
+/// Variable-size exchange; counts and displacements in elements.
+template <class T>
+void all_to_all_v(const T* send, const std::vector<int>& send_counts,
+                  const std::vector<int>& send_displs, T* recv, const std::vector<int>& recv_counts,
+                  const std::vector<int>& recv_displs, MPI_Comm comm, const std::string& axes) {
+  int me = 0;
+  MPI_Comm_rank(comm, &me);
+  check_mpi(MPI_Alltoallv(send, send_counts.data(), send_displs.data(), mpi_type<T>(), recv,
+                          recv_counts.data(), recv_displs.data(), mpi_type<T>(), comm),
+            "AllToAllv");
+  std::int64_t sent = 0;
+  for (std::size_t j = 0; j < send_counts.size(); ++j)
+    if (static_cast<int>(j) != me) sent += send_counts[j];
+  comm_counters().add(axes, Collective::all_to_all_v, sent * std::int64_t{sizeof(T)});
+}
+
+/// In place over n elements.
+template <class T>
+void all_reduce(T* data, std::int64_t n, ReduceOp op, MPI_Comm comm, const std::string& axes) {
+  const int k = group_size(comm);
+  check_mpi(
+      MPI_Allreduce(MPI_IN_PLACE, data, mpi_count(n, "AllReduce"), mpi_type<T>(), mpi_op(op), comm),
+      "AllReduce");
+  comm_counters().add(axes, Collective::all_reduce, 2 * (k - 1) * n * std::int64_t{sizeof(T)} / k);
+}
+
+/// send[k][n] reduced over the group; group rank j keeps block j in recv[n].
+template <class T>
+void reduce_scatter(const T* send, T* recv, std::int64_t n, ReduceOp op, MPI_Comm comm,
+                    const std::string& axes) {
+  const int k = group_size(comm);
+  check_mpi(MPI_Reduce_scatter_block(send, recv, mpi_count(n, "ReduceScatter"), mpi_type<T>(),
+                                     mpi_op(op), comm),
+            "ReduceScatter");
+  comm_counters().add(axes, Collective::reduce_scatter, (k - 1) * n * std::int64_t{sizeof(T)});
+}
+
+/// Sends n elements to `dest` and receives n from `source` (ranks of comm).
+template <class T>
+void permute(const T* send, T* recv, std::int64_t n, int dest, int source, MPI_Comm comm,
+             const std::string& axes) {
+  int me = 0;
+  MPI_Comm_rank(comm, &me);
+  check_mpi(MPI_Sendrecv(send, mpi_count(n, "CollectivePermute"), mpi_type<T>(), dest, 0, recv,
+                         mpi_count(n, "CollectivePermute"), mpi_type<T>(), source, 0, comm,
+                         MPI_STATUS_IGNORE),
+            "CollectivePermute");
+  comm_counters().add(axes, Collective::permute, dest == me ? 0 : n * std::int64_t{sizeof(T)});
+}
+
+}  // namespace gshard::detail

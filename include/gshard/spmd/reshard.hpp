@@ -1,0 +1,421 @@
+#pragma once
+// Executing a reshard plan (spmd/plan.hpp) on a tensor's local shard, and the public entry
+// points: reshard<Target>(t), plan_reshard<Target>(t), explain(plan).
+#include <Kokkos_Core.hpp>
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../comm/collectives.hpp"
+#include "../kernels/copy_box.hpp"
+#include "../tensor/sharded.hpp"
+#include "plan.hpp"
+
+namespace gshard {
+
+namespace detail {
+
+/// A buffer MPI can read and write: the view itself in host-accessible memory, else a host
+/// mirror (a device-aware MPI could take device pointers; this keeps any MPI working).
+template <class T>
+class MpiAccess {
+ public:
+  MpiAccess(Kokkos::View<T*> view, bool copy_in)
+      : view_(std::move(view)), host_(Kokkos::create_mirror_view(view_)) {
+    if (copy_in) Kokkos::deep_copy(host_, view_);
+  }
+  T* data() const { return host_.data(); }
+  void copy_out() const { Kokkos::deep_copy(view_, host_); }
+
+ private:
+  Kokkos::View<T*> view_;
+  decltype(Kokkos::create_mirror_view(std::declval<Kokkos::View<T*>&>())) host_;
+};
+
+/// Copies `box` (global indices, per dim of `to`) from a block under `from` held at
+/// `from_origin` (global offsets per dim of `from`) into a block under `to` at `to_origin`.
+struct BoxEnds {
+  const Layout* layout;
+  Shape extent;  // padded local extents
+  Shape origin;  // global offset of the block's first element, per dim
+};
+
+inline BoxCopy box_copy(const Box& box, const Layout& from, const BoxEnds& src, const Layout& to,
+                        const BoxEnds& dst) {
+  BoxCopy c;
+  c.rank = to.rank;
+  std::int64_t src_stride[max_dims];
+  std::int64_t dst_stride[max_dims];
+  row_major_strides(from.rank, src.extent.data(), src_stride);
+  row_major_strides(to.rank, dst.extent.data(), dst_stride);
+  for (int t = 0; t < to.rank; ++t) {
+    const int s = from.find(to.dims[t].label);
+    const auto tu = static_cast<std::size_t>(t);
+    const auto su = static_cast<std::size_t>(s);
+    c.box[t] = box.length[t];
+    c.dst_start[t] = box.start[t] - dst.origin[tu];
+    c.dst_stride[t] = dst_stride[t];
+    c.src_start[t] = box.start[t] - src.origin[su];
+    c.src_stride[t] = src_stride[s];
+  }
+  return c;
+}
+
+/// Local extents and global offsets of the block at `c` under `l`.
+inline BoxEnds block_ends(const Layout& l, const Shape& shape,
+                          const std::array<int, max_axes>& sizes, const Coords& c) {
+  BoxEnds e{&l, Shape(static_cast<std::size_t>(l.rank)), Shape(static_cast<std::size_t>(l.rank))};
+  for (int d = 0; d < l.rank; ++d) {
+    const Block b = block_of(l.dims[d], shape[static_cast<std::size_t>(d)], sizes, c);
+    e.extent[static_cast<std::size_t>(d)] = b.chunk;
+    e.origin[static_cast<std::size_t>(d)] = b.offset;
+  }
+  return e;
+}
+
+/// Runs a plan. `mesh` is the runtime state; `names` the mesh's axis names.
+template <class T>
+class ReshardExecutor {
+ public:
+  ReshardExecutor(const ReshardPlan& plan, const MeshState& mesh, ReduceOp op)
+      : plan_(plan), mesh_(mesh), op_(op) {}
+
+  Kokkos::View<T*> run(Kokkos::View<T*> data) const {
+    for (const ReshardStep& step : plan_.steps) data = run_step(step, data);
+    return data;
+  }
+
+ private:
+  Shape shape_of(const Layout& l) const { return shape_in(l, plan_.source, plan_.shape); }
+  std::int64_t local_elements(const Layout& l) const {
+    return product(local_extents(l, shape_of(l), mesh_.sizes));
+  }
+  std::string axes(unsigned mask) const { return axes_string(mask, plan_.axis_names); }
+  MPI_Comm group(unsigned mask) const { return mask == 0 ? MPI_COMM_SELF : mesh_.groups[mask]; }
+  Kokkos::View<T*> fresh(const Layout& l) const {
+    return Kokkos::View<T*>("gshard::reshard", local_elements(l));
+  }
+
+  Kokkos::View<T*> run_step(const ReshardStep& s, const Kokkos::View<T*>& in) const {
+    switch (s.kind) {
+      case StepKind::all_reduce:
+        return all_reduce_step(s, in);
+      case StepKind::reduce_scatter:
+        return reduce_scatter_step(s, in);
+      case StepKind::all_gather:
+        return all_gather_step(s, in);
+      case StepKind::all_to_all:
+        return all_to_all_step(s, in);
+      case StepKind::permute:
+        return permute_step(s, in);
+      case StepKind::redistribute:
+      case StepKind::local:
+        return redistribute(s.from, s.to, s.axes, in);
+      case StepKind::make_partial:
+        return make_partial_step(s, in);
+    }
+    return in;
+  }
+
+  Kokkos::View<T*> all_reduce_step(const ReshardStep& s, const Kokkos::View<T*>& in) const {
+    Kokkos::View<T*> out = fresh(s.to);
+    MpiAccess<T> src(in, true);
+    MpiAccess<T> dst(out, false);
+    const int k = group_size_of(s.axes, mesh_.sizes);
+    const std::int64_t n = static_cast<std::int64_t>(in.extent(0));
+    check_mpi(MPI_Allreduce(src.data(), dst.data(), mpi_count(n, "AllReduce"), mpi_type<T>(),
+                            mpi_op(op_), group(s.axes)),
+              "AllReduce");
+    comm_counters().add(axes(s.axes), Collective::all_reduce,
+                        2 * (k - 1) * n * std::int64_t{sizeof(T)} / k);
+    dst.copy_out();
+    return out;
+  }
+
+  // Cuts dimension `d` of the block under `from` into k pieces of the block under `to` (each
+  // padded to to's chunk) laid one after another: piece j is what group member j gets.
+  void pack_pieces(const Layout& from, const Layout& to, int d, int k, const T* src, T* dst) const {
+    const Shape from_shape = shape_of(from);
+    Shape from_ext = local_extents(from, from_shape, mesh_.sizes);
+    Shape piece_ext = from_ext;
+    const std::int64_t chunk =
+        ceil_div(from_shape[static_cast<std::size_t>(d)], shard_count(to.dims[d], mesh_.sizes));
+    piece_ext[static_cast<std::size_t>(d)] = chunk;
+    const std::int64_t piece = product(piece_ext);
+    for (int j = 0; j < k; ++j) {
+      BoxCopy c;
+      c.rank = from.rank;
+      row_major_strides(from.rank, from_ext.data(), c.src_stride);
+      row_major_strides(from.rank, piece_ext.data(), c.dst_stride);
+      for (int t = 0; t < from.rank; ++t) c.box[t] = from_ext[static_cast<std::size_t>(t)];
+      const std::int64_t begin = j * chunk;
+      c.box[d] = std::clamp<std::int64_t>(from_ext[static_cast<std::size_t>(d)] - begin, 0, chunk);
+      c.src_start[d] = begin;
+      copy_box(src, dst + j * piece, c);
+    }
+  }
+
+  // Places k pieces (each a block under `from`) side by side along dimension `d` of the block
+  // under `to`, cutting what falls beyond to's chunk (padding only).
+  void unpack_pieces(const Layout& from, const Layout& to, int d, int k, const T* src,
+                     T* dst) const {
+    Shape piece_ext = local_extents(from, shape_of(from), mesh_.sizes);
+    Shape to_ext = local_extents(to, shape_of(to), mesh_.sizes);
+    const std::int64_t piece = product(piece_ext);
+    const std::int64_t chunk = piece_ext[static_cast<std::size_t>(d)];
+    for (int j = 0; j < k; ++j) {
+      BoxCopy c;
+      c.rank = to.rank;
+      row_major_strides(to.rank, piece_ext.data(), c.src_stride);
+      row_major_strides(to.rank, to_ext.data(), c.dst_stride);
+      for (int t = 0; t < to.rank; ++t) c.box[t] = piece_ext[static_cast<std::size_t>(t)];
+      const std::int64_t begin = j * chunk;
+      c.box[d] = std::clamp<std::int64_t>(to_ext[static_cast<std::size_t>(d)] - begin, 0, chunk);
+      c.dst_start[d] = begin;
+      copy_box(src + j * piece, dst, c);
+    }
+  }
+
+  // True when pieces along `d` are contiguous in row-major order: every earlier extent is 1.
+  static bool outermost(const Shape& extents, int d) {
+    for (int t = 0; t < d; ++t)
+      if (extents[static_cast<std::size_t>(t)] != 1) return false;
+    return true;
+  }
+
+  Kokkos::View<T*> reduce_scatter_step(const ReshardStep& s, const Kokkos::View<T*>& in) const {
+    const int k = group_size_of(s.axes, mesh_.sizes);
+    Kokkos::View<T*> out = fresh(s.to);
+    const std::int64_t n = static_cast<std::int64_t>(out.extent(0));
+    Kokkos::View<T*> send = in;
+    if (!(static_cast<std::int64_t>(in.extent(0)) == k * n &&
+          outermost(local_extents(s.from, shape_of(s.from), mesh_.sizes), s.from_dim))) {
+      send = Kokkos::View<T*>("gshard::reshard::send", k * n);
+      pack_pieces(s.from, s.to, s.from_dim, k, in.data(), send.data());
+    }
+    MpiAccess<T> src(send, true);
+    MpiAccess<T> dst(out, false);
+    reduce_scatter(src.data(), dst.data(), n, op_, group(s.axes), axes(s.axes));
+    dst.copy_out();
+    return out;
+  }
+
+  Kokkos::View<T*> all_gather_step(const ReshardStep& s, const Kokkos::View<T*>& in) const {
+    const int k = group_size_of(s.axes, mesh_.sizes);
+    const std::int64_t n = static_cast<std::int64_t>(in.extent(0));
+    Kokkos::View<T*> out = fresh(s.to);
+    const bool direct = static_cast<std::int64_t>(out.extent(0)) == k * n &&
+                        outermost(local_extents(s.from, shape_of(s.from), mesh_.sizes), s.from_dim);
+    Kokkos::View<T*> recv = direct ? out : Kokkos::View<T*>("gshard::reshard::recv", k * n);
+    MpiAccess<T> src(in, true);
+    MpiAccess<T> dst(recv, false);
+    all_gather(src.data(), dst.data(), n, group(s.axes), axes(s.axes));
+    dst.copy_out();
+    if (!direct) unpack_pieces(s.from, s.to, s.from_dim, k, recv.data(), out.data());
+    return out;
+  }
+
+  Kokkos::View<T*> all_to_all_step(const ReshardStep& s, const Kokkos::View<T*>& in) const {
+    const int k = group_size_of(s.axes, mesh_.sizes);
+    Kokkos::View<T*> out = fresh(s.to);
+    // Pieces: the local block cut along the receiving dim (y) to the target's chunk.
+    Shape piece_ext = local_extents(s.from, shape_of(s.from), mesh_.sizes);
+    piece_ext[static_cast<std::size_t>(s.to_dim)] =
+        ceil_div(shape_of(s.from)[static_cast<std::size_t>(s.to_dim)],
+                 shard_count(s.to.dims[s.to_dim], mesh_.sizes));
+    const std::int64_t piece = product(piece_ext);
+    Kokkos::View<T*> send("gshard::reshard::send", k * piece);
+    pack_pieces(s.from, s.to, s.to_dim, k, in.data(), send.data());
+    Kokkos::View<T*> recv("gshard::reshard::recv", k * piece);
+    {
+      MpiAccess<T> src(send, true);
+      MpiAccess<T> dst(recv, false);
+      all_to_all(src.data(), dst.data(), piece, group(s.axes), axes(s.axes));
+      dst.copy_out();
+    }
+    // Received pieces are blocks of a layout where y already has the axis and x still has it.
+    Layout mid = s.to;
+    mid.dims[s.from_dim] = s.from.dims[s.from_dim];
+    unpack_pieces(mid, s.to, s.from_dim, k, recv.data(), out.data());
+    return out;
+  }
+
+  Kokkos::View<T*> permute_step(const ReshardStep& s, const Kokkos::View<T*>& in) const {
+    // The axis splitting the dimension changes from a to b (same size): swapping the two
+    // coordinates gives the partner, who holds what this rank needs and needs what it holds.
+    int a = -1;
+    for (int x = 0; x < max_axes; ++x)
+      if ((s.axes & (1u << x)) && x != s.other_axis) a = x;
+    const int b = s.other_axis;
+    Coords partner = mesh_.coords;
+    std::swap(partner[static_cast<std::size_t>(a)], partner[static_cast<std::size_t>(b)]);
+    // Group rank: row-major over the group's axes, in mesh order.
+    int partner_rank = 0;
+    for (int x = 0; x < mesh_.axis_count; ++x)
+      if (s.axes & (1u << x))
+        partner_rank = partner_rank * mesh_.sizes[static_cast<std::size_t>(x)] +
+                       partner[static_cast<std::size_t>(x)];
+    Kokkos::View<T*> out = fresh(s.to);
+    MpiAccess<T> src(in, true);
+    MpiAccess<T> dst(out, false);
+    permute(src.data(), dst.data(), static_cast<std::int64_t>(in.extent(0)), partner_rank,
+            partner_rank, group(s.axes), axes(s.axes));
+    dst.copy_out();
+    return out;
+  }
+
+  Kokkos::View<T*> make_partial_step(const ReshardStep& s, const Kokkos::View<T*>& in) const {
+    bool keeps = true;
+    for (int i = 0; i < s.to.partial_count; ++i) {
+      const int a = s.to.partial[i];
+      if (!s.from.is_partial(a) && mesh_.coords[static_cast<std::size_t>(a)] != 0) keeps = false;
+    }
+    Kokkos::View<T*> out = fresh(s.to);
+    // Max and min are idempotent: every copy may keep the value. Sums keep one copy.
+    if (keeps || op_ != ReduceOp::sum) Kokkos::deep_copy(out, in);
+    return out;
+  }
+
+  // Any change of splits (and of dimension order) by one AllToAllv over the axes in `mask`;
+  // with mask 0 it is a local slice or transpose.
+  Kokkos::View<T*> redistribute(const Layout& from, const Layout& to, unsigned mask,
+                                const Kokkos::View<T*>& in) const {
+    const auto& sizes = mesh_.sizes;
+    const Coords& me = mesh_.coords;
+    const Shape from_shape = shape_of(from);
+    const Shape to_shape = shape_of(to);
+    Kokkos::View<T*> out = fresh(to);
+    const BoxEnds mine_from = block_ends(from, from_shape, sizes, me);
+    const BoxEnds mine_to = block_ends(to, to_shape, sizes, me);
+    // What this rank keeps.
+    {
+      const Box keep = overlap(from, to, to_shape, sizes, me, me);
+      if (keep.volume() > 0)
+        copy_box(in.data(), out.data(), box_copy(keep, from, mine_from, to, mine_to));
+    }
+    if (mask == 0) return out;
+
+    const int k = group_size_of(mask, sizes);
+    const int axis_count = mesh_.axis_count;
+    std::vector<int> send_counts(static_cast<std::size_t>(k), 0);
+    std::vector<int> recv_counts(static_cast<std::size_t>(k), 0);
+    std::vector<int> send_displs(static_cast<std::size_t>(k), 0);
+    std::vector<int> recv_displs(static_cast<std::size_t>(k), 0);
+    std::vector<Box> send_boxes(static_cast<std::size_t>(k));
+    std::vector<Box> recv_boxes(static_cast<std::size_t>(k));
+    std::int64_t send_total = 0;
+    std::int64_t recv_total = 0;
+    for (int j = 0; j < k; ++j) {
+      const auto ju = static_cast<std::size_t>(j);
+      const Coords other = member_coords(me, mask, j, sizes, axis_count);
+      if (other == me) continue;
+      if (serves(from, mask, me, other, axis_count)) {
+        send_boxes[ju] = overlap(from, to, to_shape, sizes, me, other);
+        send_counts[ju] = mpi_count(send_boxes[ju].volume(), "reshard");
+      }
+      if (serves(from, mask, other, me, axis_count)) {
+        recv_boxes[ju] = overlap(from, to, to_shape, sizes, other, me);
+        recv_counts[ju] = mpi_count(recv_boxes[ju].volume(), "reshard");
+      }
+      send_displs[ju] = mpi_count(send_total, "reshard");
+      recv_displs[ju] = mpi_count(recv_total, "reshard");
+      send_total += send_counts[ju];
+      recv_total += recv_counts[ju];
+    }
+    Kokkos::View<T*> send("gshard::reshard::send", send_total);
+    Kokkos::View<T*> recv("gshard::reshard::recv", recv_total);
+    for (int j = 0; j < k; ++j) {
+      const auto ju = static_cast<std::size_t>(j);
+      if (send_counts[ju] == 0) continue;
+      const Box& box = send_boxes[ju];
+      BoxEnds packed{&to, Shape(box.length, box.length + to.rank),
+                     Shape(box.start, box.start + to.rank)};
+      copy_box(in.data(), send.data() + send_displs[ju],
+               box_copy(box, from, mine_from, to, packed));
+    }
+    {
+      MpiAccess<T> src(send, true);
+      MpiAccess<T> dst(recv, false);
+      all_to_all_v(src.data(), send_counts, send_displs, dst.data(), recv_counts, recv_displs,
+                   group(mask), axes(mask));
+      dst.copy_out();
+    }
+    for (int j = 0; j < k; ++j) {
+      const auto ju = static_cast<std::size_t>(j);
+      if (recv_counts[ju] == 0) continue;
+      const Box& box = recv_boxes[ju];
+      BoxEnds packed{&to, Shape(box.length, box.length + to.rank),
+                     Shape(box.start, box.start + to.rank)};
+      copy_box(recv.data() + recv_displs[ju], out.data(), box_copy(box, to, packed, to, mine_to));
+    }
+    return out;
+  }
+
+  const ReshardPlan& plan_;
+  const MeshState& mesh_;
+  ReduceOp op_;
+};
+
+template <class MeshT>
+std::vector<std::string> axis_name_list() {
+  std::vector<std::string> names;
+  for (auto n : MeshT::axis_names) names.emplace_back(n);
+  return names;
+}
+
+}  // namespace detail
+
+/// The steps that reshard<Target>(t) takes on this rank (collectives, axes, bytes).
+template <class Target, class T, class MeshT, fixed_string Spec>
+ReshardPlan plan_reshard(const Sharded<T, MeshT, Spec>& source) {
+  static_assert(std::is_same_v<typename Target::value_type, T> &&
+                    std::is_same_v<typename Target::mesh_type, MeshT>,
+                "gshard::reshard: the target must have the same element type and mesh");
+  if constexpr (!detail::same_label_set(Sharded<T, MeshT, Spec>::layout, Target::layout)) {
+    static_assert(sizeof(layout_error::labels_differ_between_layouts<Spec, Target::spec>) == 0);
+  }
+  return detail::plan_reshard(Sharded<T, MeshT, Spec>::layout, Target::layout, source.shape(),
+                              source.mesh().sizes(), source.mesh().coordinates(),
+                              detail::axis_name_list<MeshT>(), std::int64_t{sizeof(T)});
+}
+
+/// The value of `source` in Target's layout. Collective over the mesh.
+template <class Target, class T, class MeshT, fixed_string Spec>
+Target reshard(const Sharded<T, MeshT, Spec>& source) {
+  const ReshardPlan plan = plan_reshard<Target>(source);
+  Shape shape = detail::shape_in(Target::layout, plan.source, source.shape());
+  if (plan.steps.empty()) {
+    // Same layout: share the shard, like a View copy.
+    Target out(source.mesh(), std::move(shape), source.local_view());
+    out.set_partial_op(source.partial_op());
+    return out;
+  }
+  const detail::ReshardExecutor<T> run(plan, source.mesh().state(), source.partial_op());
+  Target out(source.mesh(), std::move(shape), run.run(source.local_view()));
+  out.set_partial_op(source.partial_op());
+  return out;
+}
+
+/// One line per step: the collective, its axes, the layouts and the bytes this rank sends.
+inline std::string explain(const ReshardPlan& plan) {
+  std::ostringstream s;
+  auto axes_of = [&](unsigned mask) { return detail::axes_string(mask, plan.axis_names); };
+  std::array<std::string_view, max_axes> names{};
+  for (std::size_t i = 0; i < plan.axis_names.size(); ++i) names[i] = plan.axis_names[i];
+  s << "reshard \"" << detail::layout_string(plan.source, names) << "\" -> \""
+    << detail::layout_string(plan.target, names) << "\", global shape "
+    << detail::shape_string(plan.shape) << ": " << plan.steps.size() << " step(s), " << plan.bytes()
+    << " bytes sent by this rank\n";
+  int i = 0;
+  for (const ReshardStep& step : plan.steps) {
+    s << "  " << ++i << ". " << step_name(step.kind);
+    if (step.axes != 0) s << " over " << axes_of(step.axes);
+    s << ": \"" << detail::layout_string(step.from, names) << "\" -> \""
+      << detail::layout_string(step.to, names) << "\", " << step.bytes << " bytes\n";
+  }
+  if (plan.steps.empty()) s << "  (no data moves)\n";
+  return s.str();
+}
+
+}  // namespace gshard

@@ -1,0 +1,122 @@
+#pragma once
+// Creating sharded tensors: constant, random (the same global values on every mesh and layout),
+// and from a whole tensor held on every rank. For a layout with partial axes, the values sit on
+// the ranks at coordinate 0 of those axes and the other copies hold zeros, so the pending sum
+// is the value asked for.
+#include <Kokkos_Core.hpp>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "random.hpp"
+#include "sharded.hpp"
+
+namespace gshard {
+
+template <class S>
+concept ShardedType = requires {
+  typename S::mesh_type;
+  typename S::value_type;
+  S::layout;
+};
+
+namespace detail {
+
+template <class S, class ValueOfIndex>
+S fill_by_global_index(const typename S::mesh_type& mesh, Shape shape, const char* label,
+                       ValueOfIndex value_of) {
+  using T = typename S::value_type;
+  S out(mesh, std::move(shape));
+  const BlockIndex b = block_index(S::layout, out.shape(), mesh.sizes(), mesh.coordinates());
+  auto data = out.local_view();
+  Kokkos::parallel_for(
+      label, Kokkos::RangePolicy<>(0, static_cast<std::int64_t>(data.extent(0))),
+      KOKKOS_LAMBDA(const std::int64_t i) {
+        const std::int64_t g = b.global_of(i);
+        data(i) = g < 0 ? T{} : value_of(g);
+      });
+  return out;
+}
+
+}  // namespace detail
+
+/// Zeros of the given global shape.
+template <ShardedType S>
+S zeros(const typename S::mesh_type& mesh, Shape shape) {
+  return S(mesh, std::move(shape));
+}
+
+/// Every element equal to `value`.
+template <ShardedType S>
+S full(const typename S::mesh_type& mesh, Shape shape, typename S::value_type value) {
+  return detail::fill_by_global_index<S>(
+      mesh, std::move(shape), "gshard::full", KOKKOS_LAMBDA(std::int64_t) { return value; });
+}
+
+/// Uniform in [low, high) (integers: low to high-1), a pure function of (seed, global index).
+template <ShardedType S>
+S random_uniform(const typename S::mesh_type& mesh, Shape shape, std::uint64_t seed,
+                 typename S::value_type low = 0, typename S::value_type high = 1) {
+  using T = typename S::value_type;
+  if (!(low < high))
+    throw Error("random_uniform",
+                "the range [" + std::to_string(low) + ", " + std::to_string(high) + ") is empty");
+  return detail::fill_by_global_index<S>(
+      mesh, std::move(shape), "gshard::random_uniform", KOKKOS_LAMBDA(std::int64_t g) {
+        if constexpr (std::is_floating_point_v<T>) {
+          const double u = detail::random_unit(seed, static_cast<std::uint64_t>(g), 0);
+          const T v = static_cast<T>(static_cast<double>(low) +
+                                     u * (static_cast<double>(high) - static_cast<double>(low)));
+          return v < high ? v : low;  // rounding to T may reach high
+        } else {
+          const auto span = static_cast<std::uint64_t>(high - low);
+          return static_cast<T>(
+              low +
+              static_cast<T>(detail::random_bits(seed, static_cast<std::uint64_t>(g), 0) % span));
+        }
+      });
+}
+
+/// Normal with the given mean and standard deviation, a pure function of (seed, global index).
+template <ShardedType S>
+S random_normal(const typename S::mesh_type& mesh, Shape shape, std::uint64_t seed,
+                typename S::value_type mean = 0, typename S::value_type stddev = 1) {
+  using T = typename S::value_type;
+  static_assert(std::is_floating_point_v<T>, "gshard::random_normal needs float or double");
+  return detail::fill_by_global_index<S>(
+      mesh, std::move(shape), "gshard::random_normal", KOKKOS_LAMBDA(std::int64_t g) {
+        return static_cast<T>(
+            mean + stddev * detail::random_standard_normal(seed, static_cast<std::uint64_t>(g)));
+      });
+}
+
+/// Each rank passes the whole tensor (row-major, spec order) and keeps its own block.
+template <ShardedType S>
+S from_global(const typename S::mesh_type& mesh, Shape shape,
+              std::span<const typename S::value_type> global) {
+  S out(mesh, std::move(shape));
+  if (static_cast<std::int64_t>(global.size()) != out.size())
+    throw Error("from_global", "a tensor of global shape " + detail::shape_string(out.shape()) +
+                                   " for \"" + std::string(S::spec_string()) + "\" needs " +
+                                   std::to_string(out.size()) + " values, but " +
+                                   std::to_string(global.size()) + " were given");
+  const detail::BlockIndex b =
+      detail::block_index(S::layout, out.shape(), mesh.sizes(), mesh.coordinates());
+  auto host = Kokkos::create_mirror_view(out.local_view());
+  for (std::int64_t i = 0; i < static_cast<std::int64_t>(host.extent(0)); ++i) {
+    const std::int64_t g = b.global_of(i);
+    host(i) = g < 0 ? typename S::value_type{} : global[static_cast<std::size_t>(g)];
+  }
+  Kokkos::deep_copy(out.local_view(), host);
+  return out;
+}
+
+template <ShardedType S>
+S from_global(const typename S::mesh_type& mesh, Shape shape,
+              const std::vector<typename S::value_type>& global) {
+  return from_global<S>(mesh, std::move(shape),
+                        std::span<const typename S::value_type>(global.data(), global.size()));
+}
+
+}  // namespace gshard

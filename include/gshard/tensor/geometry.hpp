@@ -1,0 +1,105 @@
+#pragma once
+// Shard geometry: which block of the global tensor a rank holds under a layout.
+//
+// A dimension of global size N split over axes with k shards in all (the product of their
+// sizes) is cut into k blocks of ceil(N/k); block i covers [i*c, min(N, (i+1)*c)). Every rank
+// stores the full padded block c, so local shapes are the same on every rank; the padding at
+// the end of the last blocks (all of a block past N) holds zeros and never reaches a result.
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "../core/layout.hpp"
+#include "../mesh/mesh.hpp"
+
+namespace gshard {
+
+using Shape = std::vector<std::int64_t>;
+using Coords = std::array<int, max_axes>;
+
+namespace detail {
+
+inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return b == 0 ? 0 : (a + b - 1) / b;
+}
+
+/// Shards of dimension d: the product of its axes' sizes.
+inline int shard_count(const DimLayout& dim, const std::array<int, max_axes>& sizes) {
+  int k = 1;
+  for (int i = 0; i < dim.axis_count; ++i) k *= sizes[static_cast<std::size_t>(dim.axes[i])];
+  return k;
+}
+
+/// The block index of dimension d at mesh coordinates c (row-major over its axes, major first).
+inline int shard_index(const DimLayout& dim, const std::array<int, max_axes>& sizes,
+                       const Coords& c) {
+  int index = 0;
+  for (int i = 0; i < dim.axis_count; ++i) {
+    const auto axis = static_cast<std::size_t>(dim.axes[i]);
+    index = index * sizes[axis] + c[axis];
+  }
+  return index;
+}
+
+/// One dimension's block at some coordinates: [offset, offset + valid), stored padded to chunk.
+struct Block {
+  std::int64_t offset = 0;
+  std::int64_t valid = 0;
+  std::int64_t chunk = 0;
+};
+
+inline Block block_of(const DimLayout& dim, std::int64_t global,
+                      const std::array<int, max_axes>& sizes, const Coords& c) {
+  const int k = shard_count(dim, sizes);
+  const std::int64_t chunk = ceil_div(global, k);
+  const std::int64_t offset = chunk * shard_index(dim, sizes, c);
+  return {offset, std::clamp<std::int64_t>(global - offset, 0, chunk), chunk};
+}
+
+/// The padded local extent of each dimension (same on every rank).
+inline Shape local_extents(const Layout& layout, const Shape& global,
+                           const std::array<int, max_axes>& sizes) {
+  Shape out(static_cast<std::size_t>(layout.rank));
+  for (int d = 0; d < layout.rank; ++d)
+    out[static_cast<std::size_t>(d)] =
+        ceil_div(global[static_cast<std::size_t>(d)], shard_count(layout.dims[d], sizes));
+  return out;
+}
+
+inline std::int64_t product(const Shape& s) {
+  std::int64_t p = 1;
+  for (auto v : s) p *= v;
+  return p;
+}
+
+/// "G:data S M +expert" written back with the mesh's axis names.
+template <std::size_t N>
+std::string layout_string(const Layout& layout, const std::array<std::string_view, N>& axes) {
+  std::string s;
+  for (int d = 0; d < layout.rank; ++d) {
+    if (d) s += ' ';
+    s += layout.dims[d].label;
+    for (int i = 0; i < layout.dims[d].axis_count; ++i) {
+      s += i ? "*" : ":";
+      s += axes[static_cast<std::size_t>(layout.dims[d].axes[i])];
+    }
+  }
+  for (int i = 0; i < layout.partial_count; ++i) {
+    if (!s.empty()) s += ' ';
+    s += "+";
+    s += axes[static_cast<std::size_t>(layout.partial[i])];
+  }
+  return s;
+}
+
+inline std::string shape_string(const Shape& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+}  // namespace detail
+}  // namespace gshard

@@ -1,0 +1,37 @@
+#pragma once
+// Counter-based random numbers: each value is a pure function of (seed, global index), so the
+// same global tensor comes out on every mesh and layout.
+#include <Kokkos_Core.hpp>
+#include <cstdint>
+
+#include "../kernels/math.hpp"
+
+namespace gshard::detail {
+
+KOKKOS_INLINE_FUNCTION std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+/// 64 random bits for stream `stream` of element `index` under `seed`.
+KOKKOS_INLINE_FUNCTION std::uint64_t random_bits(std::uint64_t seed, std::uint64_t index,
+                                                 std::uint64_t stream) {
+  return splitmix64(splitmix64(seed ^ (stream * 0xD1B54A32D192ED03ULL)) + index);
+}
+
+/// Uniform in [0, 1) with 53 random bits.
+KOKKOS_INLINE_FUNCTION double random_unit(std::uint64_t seed, std::uint64_t index,
+                                          std::uint64_t stream) {
+  return static_cast<double>(random_bits(seed, index, stream) >> 11) * 0x1.0p-53;
+}
+
+/// Standard normal by Box-Muller, computed in double.
+KOKKOS_INLINE_FUNCTION double random_standard_normal(std::uint64_t seed, std::uint64_t index) {
+  const double u1 = 1.0 - random_unit(seed, index, 0);  // (0, 1]: log is finite
+  const double u2 = random_unit(seed, index, 1);
+  return math::sqrt(-2.0 * math::log(u1)) * math::cos(6.283185307179586 * u2);
+}
+
+}  // namespace gshard::detail

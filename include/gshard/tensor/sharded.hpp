@@ -1,0 +1,313 @@
+#pragma once
+// gshard::Sharded<T, Mesh, "spec">: a global tensor, laid out over a mesh as its spec says.
+#include <Kokkos_Core.hpp>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "../comm/collectives.hpp"
+#include "../core/diagnostics.hpp"
+#include "../core/error.hpp"
+#include "../core/layout.hpp"
+#include "../mesh/mesh.hpp"
+#include "geometry.hpp"
+#include "local_index.hpp"
+
+namespace gshard {
+
+using ReduceOp = detail::ReduceOp;
+
+template <class T>
+concept ElementType = std::is_same_v<T, float> || std::is_same_v<T, double> ||
+    std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t>;
+
+namespace detail {
+
+template <class MeshT, fixed_string Spec>
+constexpr bool check_spec() {
+  constexpr SpecParse parsed = parse_layout(Spec.view(), MeshT::axis_names);
+  if constexpr (parsed.error == SpecError::none) {
+    return true;
+  } else {
+    constexpr auto what = make_fixed<parsed.offending.size()>(parsed.offending);
+    if constexpr (parsed.error == SpecError::malformed_piece) {
+      return sizeof(spec_error::malformed_piece<what, Spec>) == 0;
+    } else if constexpr (parsed.error == SpecError::unknown_axis) {
+      return sizeof(spec_error::unknown_mesh_axis<what, Spec>) == 0;
+    } else if constexpr (parsed.error == SpecError::label_used_twice) {
+      return sizeof(spec_error::label_used_twice<what, Spec>) == 0;
+    } else if constexpr (parsed.error == SpecError::axis_used_twice) {
+      return sizeof(spec_error::mesh_axis_used_twice<what, Spec>) == 0;
+    } else if constexpr (parsed.error == SpecError::partial_axis_splits) {
+      return sizeof(spec_error::partial_axis_also_splits_a_dimension<what, Spec>) == 0;
+    } else if constexpr (parsed.error == SpecError::dimension_after_partial) {
+      return sizeof(spec_error::dimension_after_partial_axis<what, Spec>) == 0;
+    } else {
+      return sizeof(spec_error::too_many_dimensions<what, Spec>) == 0;
+    }
+  }
+}
+
+/// The same labels, each once, in both layouts (order may differ).
+constexpr bool same_label_set(const Layout& a, const Layout& b) {
+  if (a.rank != b.rank) return false;
+  for (int d = 0; d < a.rank; ++d)
+    if (b.find(a.dims[d].label) < 0) return false;
+  return true;
+}
+
+}  // namespace detail
+
+namespace layout_error {
+template <class>
+inline constexpr bool always_false = false;
+template <fixed_string From, fixed_string To>
+struct labels_differ_between_layouts {
+  static_assert(always_false<labels_differ_between_layouts>,
+                "gshard: a value can only be resharded to a layout with the same labels; "
+                "rename labels with .as<\"...\">() first");
+};
+template <fixed_string From, fixed_string To>
+struct renamed_layout_must_keep_axes {
+  static_assert(always_false<renamed_layout_must_keep_axes>,
+                "gshard: .as<\"...\">() renames labels only: give one new label per dimension, or "
+                "the same spec with other labels");
+};
+}  // namespace layout_error
+
+template <class T, class MeshT, fixed_string Spec>
+class Sharded;
+
+template <class Target, class T, class MeshT, fixed_string Spec>
+Target reshard(const Sharded<T, MeshT, Spec>& source);
+
+/// A global tensor of element type T over a Mesh, laid out as Spec says (core/layout.hpp).
+///
+/// Handle semantics, like Kokkos::View: copies are cheap and share the local shard; use
+/// clone() for a deep copy. The local shard is a flat, row-major Kokkos::View in the default
+/// memory space holding the padded block (tensor/geometry.hpp); padding holds zeros.
+template <class T, class MeshT, fixed_string Spec>
+class Sharded {
+  static_assert(ElementType<T>,
+                "gshard::Sharded: element type must be float, double, int32_t or int64_t");
+  static_assert(detail::check_spec<MeshT, Spec>());
+
+ public:
+  using value_type = T;
+  using mesh_type = MeshT;
+  using view_type = Kokkos::View<T*>;
+  static constexpr auto spec = Spec;
+  static constexpr Layout layout = parse_layout(Spec.view(), MeshT::axis_names).layout;
+  static constexpr int rank = layout.rank;
+
+  /// A zero-filled tensor of the given global shape (labels in spec order).
+  Sharded(const MeshT& mesh, Shape global_shape) : mesh_(mesh), shape_(std::move(global_shape)) {
+    check_shape("Sharded");
+    data_ = view_type("gshard::Sharded", local_size());
+  }
+
+  /// Wraps a user's View as the local shard, zero-copy. It must hold exactly the padded local
+  /// block (local_shape()), row-major.
+  Sharded(const MeshT& mesh, Shape global_shape, view_type local)
+      : mesh_(mesh), shape_(std::move(global_shape)), data_(std::move(local)) {
+    check_shape("Sharded");
+    if (static_cast<std::int64_t>(data_.extent(0)) != local_size())
+      throw Error("Sharded", "a View of " + std::to_string(data_.extent(0)) +
+                                 " elements cannot be the local shard of \"" +
+                                 std::string(Spec.view()) + "\" with global shape " +
+                                 detail::shape_string(shape_) + ": the padded local block holds " +
+                                 std::to_string(local_size()));
+  }
+
+  /// Resharding on assignment: the value of `other` in this layout.
+  template <fixed_string OtherSpec>
+  requires(!(OtherSpec == Spec))
+      Sharded(const Sharded<T, MeshT, OtherSpec>& other)  // NOLINT: implicit on purpose
+      : Sharded(reshard<Sharded>(other)) {}
+
+  [[nodiscard]] const MeshT& mesh() const noexcept { return mesh_; }
+  [[nodiscard]] const Shape& shape() const noexcept { return shape_; }
+  [[nodiscard]] std::int64_t size() const noexcept { return detail::product(shape_); }
+  /// How pending partial sums combine (sum unless a max/min reduction produced them).
+  [[nodiscard]] ReduceOp partial_op() const noexcept { return partial_op_; }
+  void set_partial_op(ReduceOp op) noexcept { partial_op_ = op; }
+
+  /// The padded local block, flat and row-major in spec order.
+  [[nodiscard]] const view_type& local_view() const noexcept { return data_; }
+  /// Padded local extent of each dimension (equal on every rank).
+  [[nodiscard]] Shape local_shape() const {
+    return detail::local_extents(layout, shape_, mesh_.sizes());
+  }
+  [[nodiscard]] std::int64_t local_size() const { return detail::product(local_shape()); }
+  /// Global index of this rank's first element along each dimension.
+  [[nodiscard]] Shape global_offsets() const { return block_field(&detail::Block::offset); }
+  /// How many of this rank's elements along each dimension are real (the rest is padding).
+  [[nodiscard]] Shape valid_extents() const { return block_field(&detail::Block::valid); }
+
+  /// The spec, e.g. "G:data S M".
+  [[nodiscard]] static constexpr std::string_view spec_string() { return Spec.view(); }
+  [[nodiscard]] std::string describe() const {
+    return "Sharded<\"" + std::string(Spec.view()) + "\"> of shape " + detail::shape_string(shape_);
+  }
+
+  /// A deep copy.
+  [[nodiscard]] Sharded clone() const {
+    Sharded out(mesh_, shape_);
+    Kokkos::deep_copy(out.data_, data_);
+    out.partial_op_ = partial_op_;
+    return out;
+  }
+
+  /// The same data under other labels, without a copy: either one new label per dimension
+  /// ("ABC"), or the whole spec with other labels and the same axes ("A:data B C").
+  template <fixed_string NewSpec>
+  [[nodiscard]] auto as() const {
+    constexpr bool labels_only = NewSpec.view().find_first_of(":+ ") == std::string_view::npos;
+    if constexpr (labels_only) {
+      static_assert(NewSpec.size() == static_cast<std::size_t>(rank),
+                    "gshard .as<\"...\">(): give one new label per dimension");
+      constexpr auto full = relabelled<NewSpec>();
+      return as<full>();
+    } else {
+      using Result = Sharded<T, MeshT, NewSpec>;
+      constexpr Layout to = Result::layout;
+      constexpr bool same_axes = [] {
+        if (to.rank != layout.rank || to.partial_count != layout.partial_count) return false;
+        for (int d = 0; d < layout.rank; ++d) {
+          DimLayout a = layout.dims[d], b = to.dims[d];
+          a.label = b.label = 0;
+          if (!(a == b)) return false;
+        }
+        for (int i = 0; i < layout.partial_count; ++i)
+          if (!to.is_partial(layout.partial[i])) return false;
+        return true;
+      }();
+      if constexpr (!same_axes) {
+        static_assert(sizeof(layout_error::renamed_layout_must_keep_axes<Spec, NewSpec>) == 0);
+      }
+      Result out(mesh_, shape_, data_);
+      out.set_partial_op(partial_op_);
+      return out;
+    }
+  }
+
+  /// The whole tensor, row-major in spec order, on every rank (partial sums reduced).
+  /// Collective over the mesh.
+  [[nodiscard]] std::vector<T> to_global() const { return assemble(/*root=*/-1); }
+  /// The whole tensor on `root` only (an empty vector elsewhere). Collective over the mesh.
+  [[nodiscard]] std::vector<T> gather_to_root(int root = 0) const { return assemble(root); }
+
+ private:
+  template <fixed_string NewLabels>
+  static constexpr auto relabelled() {
+    // Spec with each label replaced in turn by the next new label.
+    constexpr std::size_t n = Spec.size() + 1;
+    fixed_string<n> out = Spec;
+    std::size_t next = 0;
+    bool at_piece_start = true;
+    for (std::size_t i = 0; i + 1 < n; ++i) {
+      const char c = out.data[i];
+      if (c == ' ') {
+        at_piece_start = true;
+        continue;
+      }
+      if (at_piece_start && c != '+') out.data[i] = NewLabels.data[next++];
+      at_piece_start = false;
+    }
+    return out;
+  }
+
+  void check_shape(const char* op) const {
+    if (static_cast<int>(shape_.size()) != rank)
+      throw Error(op, "spec \"" + std::string(Spec.view()) + "\" has " + std::to_string(rank) +
+                          " dimensions but the global shape " + detail::shape_string(shape_) +
+                          " has " + std::to_string(shape_.size()));
+    for (auto n : shape_)
+      if (n < 0)
+        throw Error(op, "global shape " + detail::shape_string(shape_) + " of \"" +
+                            std::string(Spec.view()) + "\" has a negative size");
+  }
+
+  Shape block_field(std::int64_t detail::Block::*field) const {
+    Shape out(static_cast<std::size_t>(rank));
+    for (int d = 0; d < rank; ++d)
+      out[static_cast<std::size_t>(d)] =
+          detail::block_of(layout.dims[d], shape_[static_cast<std::size_t>(d)], mesh_.sizes(),
+                           mesh_.coordinates()).*
+          field;
+    return out;
+  }
+
+  // Every rank's padded block (all equal in size) gathered, then placed by its coordinates;
+  // copies over replicated axes are read once, copies over partial axes are combined.
+  std::vector<T> assemble(int root) const {
+    const std::int64_t n = local_size();
+    auto host = Kokkos::create_mirror_view(data_);
+    Kokkos::deep_copy(host, data_);
+    const int ranks = mesh_.size();
+    std::vector<T> all(static_cast<std::size_t>(root < 0 || root == mesh_.rank() ? n * ranks : 0));
+    if (root < 0) {
+      detail::all_gather(host.data(), all.data(), n, mesh_.comm(), "all");
+    } else {
+      MPI_Gather(host.data(), detail::mpi_count(n, "gather_to_root"), detail::mpi_type<T>(),
+                 all.data(), detail::mpi_count(n, "gather_to_root"), detail::mpi_type<T>(), root,
+                 mesh_.comm());
+      if (root != mesh_.rank()) return {};
+    }
+    std::vector<T> global(static_cast<std::size_t>(size()), T{});
+    for (int r = 0; r < ranks; ++r) {
+      const Coords c = mesh_.coordinates_of(r);
+      // Copies over axes that neither split nor hold partial sums: read the one at 0.
+      bool duplicate = false;
+      for (int a = 0; a < MeshT::axis_count; ++a)
+        if (layout.dim_on_axis(a) < 0 && !layout.is_partial(a) &&
+            c[static_cast<std::size_t>(a)] != 0)
+          duplicate = true;
+      if (duplicate) continue;
+      detail::BlockIndex b = detail::block_index(layout, shape_, mesh_.sizes(), c);
+      b.holds_values = true;
+      const T* block = all.data() + static_cast<std::size_t>(r) * static_cast<std::size_t>(n);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::int64_t g = b.global_of(i);
+        if (g < 0) continue;
+        const auto gu = static_cast<std::size_t>(g);
+        if (layout.partial_count == 0) {
+          global[gu] = block[i];
+        } else {
+          // Row-major order visits the copy at partial coordinate 0 before the others.
+          global[gu] = combine(global[gu], block[i], first_partial_copy(c));
+        }
+      }
+    }
+    return global;
+  }
+  // The first copy along the partial axes initialises, the others combine.
+  static bool first_partial_copy(const Coords& c) {
+    for (int i = 0; i < layout.partial_count; ++i)
+      if (c[static_cast<std::size_t>(layout.partial[i])] != 0) return false;
+    return true;
+  }
+  T combine(T acc, T value, bool first) const {
+    if (first) return value;
+    switch (partial_op_) {
+      case ReduceOp::sum:
+        return acc + value;
+      case ReduceOp::max:
+        return value > acc ? value : acc;
+      case ReduceOp::min:
+        return value < acc ? value : acc;
+    }
+    return acc;
+  }
+
+  MeshT mesh_;
+  Shape shape_;
+  view_type data_;
+  ReduceOp partial_op_ = ReduceOp::sum;
+
+  template <class, class, fixed_string>
+  friend class Sharded;
+};
+
+}  // namespace gshard
