@@ -1,84 +1,78 @@
-// A sharded computation on any number of ranks: y = A x with the rows of A split over the ranks
-// (uneven blocks when the rank count does not divide the rows). Each rank builds its own rows,
-// multiplies them in a Kokkos kernel, and an MPI all-gather assembles y on every rank; rank 0
-// checks y against Eigen on the whole matrix and says what each rank did.
+// y = A x on a 2-D mesh, written against global shapes: A's rows are split over "rows", its
+// columns over "cols", x is split like A's columns. Each rank multiplies its block in a Kokkos
+// kernel, which leaves y as partial sums over "cols"; one reshard finishes them and another
+// gathers y everywhere. Rank 0 prints the plans and checks y against Eigen on the whole matrix.
 #include <Eigen/Dense>
 #include <cmath>
 #include <cstdio>
 #include <gshard/gshard.hpp>
 #include <vector>
 
-namespace {
-constexpr int rows = 1001;
-constexpr int cols = 256;
-KOKKOS_INLINE_FUNCTION double a_entry(int i, int j) { return std::sin(0.01 * i + 0.02 * j); }
-KOKKOS_INLINE_FUNCTION double x_entry(int j) { return 1.0 / (1.0 + j); }
-}  // namespace
+namespace gs = gshard;
 
 int main(int argc, char** argv) {
-  gshard::Environment env(argc, argv);
-  int rank = 0;
+  gs::Environment env(argc, argv);
   int size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const int row_ranks = size % 2 == 0 ? size / 2 : size;  // 4 ranks: a 2x2 mesh
+  using Mesh = gs::Mesh<"rows", "cols">;
+  const Mesh mesh(MPI_COMM_WORLD, {row_ranks, size / row_ranks});
 
-  // Block rows [begin, end) of rank r: the first rows % size ranks hold one extra row.
-  std::vector<int> counts(static_cast<std::size_t>(size));
-  std::vector<int> offsets(static_cast<std::size_t>(size));
-  for (int r = 0, offset = 0; r < size; ++r) {
-    counts[static_cast<std::size_t>(r)] = rows / size + (r < rows % size ? 1 : 0);
-    offsets[static_cast<std::size_t>(r)] = offset;
-    offset += counts[static_cast<std::size_t>(r)];
-  }
-  const int begin = offsets[static_cast<std::size_t>(rank)];
-  const int local_rows = counts[static_cast<std::size_t>(rank)];
+  using Matrix = gs::Sharded<double, Mesh, "R:rows C:cols">;
+  using Vector = gs::Sharded<double, Mesh, "C:cols">;
+  using Partial = gs::Sharded<double, Mesh, "R:rows +cols">;
+  using RowSplit = gs::Sharded<double, Mesh, "R:rows">;
+  using Whole = gs::Sharded<double, Mesh, "R">;
+  const std::int64_t rows = 1001;  // uneven on purpose
+  const std::int64_t cols = 250;
 
+  bool ok = false;
   {
-    Kokkos::View<double**> a("a_local", local_rows, cols);
-    Kokkos::View<double*> x("x", cols);
-    Kokkos::View<double*> y("y_local", local_rows);
+    const auto a = gs::random_normal<Matrix>(mesh, {rows, cols}, /*seed=*/7);
+    const auto x = gs::random_uniform<Vector>(mesh, {cols}, /*seed=*/8);
+
+    // The local product: this rank's rows times this rank's columns (padding holds zeros).
+    Partial y_partial(mesh, {rows});
+    const std::int64_t local_rows = a.local_shape()[0];
+    const std::int64_t local_cols = a.local_shape()[1];
+    auto av = a.local_view();
+    auto xv = x.local_view();
+    auto yv = y_partial.local_view();
     Kokkos::parallel_for(
-        "fill_a", Kokkos::MDRangePolicy<Kokkos::Rank<2>>({0, 0}, {local_rows, cols}),
-        KOKKOS_LAMBDA(const int i, const int j) { a(i, j) = a_entry(begin + i, j); });
-    Kokkos::parallel_for(
-        "fill_x", Kokkos::RangePolicy<>(0, cols),
-        KOKKOS_LAMBDA(const int j) { x(j) = x_entry(j); });
-    Kokkos::parallel_for(
-        "matvec", Kokkos::RangePolicy<>(0, local_rows), KOKKOS_LAMBDA(const int i) {
+        "local_matvec", Kokkos::RangePolicy<>(0, local_rows), KOKKOS_LAMBDA(std::int64_t i) {
           double sum = 0;
-          for (int j = 0; j < cols; ++j) sum += a(i, j) * x(j);
-          y(i) = sum;
+          for (std::int64_t j = 0; j < local_cols; ++j) sum += av(i * local_cols + j) * xv(j);
+          yv(i) = sum;
         });
-    auto y_host = Kokkos::create_mirror_view(y);
-    Kokkos::deep_copy(y_host, y);
 
-    std::vector<double> y_all(rows);
-    MPI_Allgatherv(y_host.data(), local_rows, MPI_DOUBLE, y_all.data(), counts.data(),
-                   offsets.data(), MPI_DOUBLE, MPI_COMM_WORLD);
+    const RowSplit y = y_partial;  // ReduceScatter or AllReduce over "cols", planned
+    const Whole y_all = y;         // AllGather over "rows"
+    const std::vector<double> result = y_all.to_global();
 
-    // The reference: the whole product on one rank, with Eigen.
-    Eigen::MatrixXd a_full(rows, cols);
-    Eigen::VectorXd x_full(cols);
-    for (int i = 0; i < rows; ++i)
-      for (int j = 0; j < cols; ++j) a_full(i, j) = a_entry(i, j);
-    for (int j = 0; j < cols; ++j) x_full(j) = x_entry(j);
-    const Eigen::VectorXd y_ref = a_full * x_full;
+    // The reference: Eigen on the whole matrix, gathered independently of the reshards above.
+    const std::vector<double> a_all = a.to_global();
+    const std::vector<double> x_all = x.to_global();
+    const Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>
+        a_eigen(a_all.data(), rows, cols);
+    const Eigen::Map<const Eigen::VectorXd> x_eigen(x_all.data(), cols);
+    const Eigen::VectorXd y_ref = a_eigen * x_eigen;
     double max_error = 0;
-    for (int i = 0; i < rows; ++i) max_error = std::max(max_error, std::abs(y_all[i] - y_ref(i)));
-    const bool ok = max_error < 1e-10;
+    for (std::int64_t i = 0; i < rows; ++i)
+      max_error = std::max(max_error, std::abs(result[static_cast<std::size_t>(i)] - y_ref(i)));
+    ok = max_error < 1e-9;
 
-    if (rank == 0) {
-      std::printf("sharded_matvec: y = A x with A %d x %d, rows split over %d rank(s)\n", rows,
-                  cols, size);
-      for (int r = 0; r < size; ++r)
-        std::printf("  rank %d multiplied rows [%d, %d)\n", r, offsets[static_cast<std::size_t>(r)],
-                    offsets[static_cast<std::size_t>(r)] + counts[static_cast<std::size_t>(r)]);
-      std::printf("  all-gathered y (%d values) on every rank; max |y - y_eigen| = %.3g: %s\n",
-                  rows, max_error, ok ? "ok" : "WRONG");
+    if (mesh.rank() == 0) {
+      std::printf("sharded_matvec: y = A x, A %lld x %lld on %s\n", static_cast<long long>(rows),
+                  static_cast<long long>(cols), mesh.describe().c_str());
+      std::printf("  A \"%s\": each rank holds a %lld x %lld block; x \"%s\"\n",
+                  std::string(Matrix::spec_string()).c_str(), static_cast<long long>(local_rows),
+                  static_cast<long long>(local_cols), std::string(Vector::spec_string()).c_str());
+      std::printf("%s", gs::explain(gs::plan_reshard<RowSplit>(y_partial)).c_str());
+      std::printf("%s", gs::explain(gs::plan_reshard<Whole>(y)).c_str());
+      std::printf("  max |y - y_eigen| = %.3g: %s\n", max_error, ok ? "ok" : "WRONG");
     }
-    int all_ok = ok ? 1 : 0;
-    MPI_Allreduce(MPI_IN_PLACE, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (all_ok == 0) return 1;
   }
-  return 0;
+  int all_ok = ok ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return all_ok == 1 ? 0 : 1;
 }

@@ -57,7 +57,10 @@ struct MeshState {
 
 inline std::string join_sizes(const int* sizes, int count) {
   std::string s;
-  for (int i = 0; i < count; ++i) s += (i ? "x" : "") + std::to_string(sizes[i]);
+  for (int i = 0; i < count; ++i) {
+    if (i) s += 'x';
+    s += std::to_string(sizes[i]);
+  }
   return s;
 }
 
@@ -188,7 +191,7 @@ class Mesh {
   [[nodiscard]] std::string describe() const {
     std::string s = "Mesh<";
     for (int i = 0; i < axis_count; ++i)
-      s += (i ? ", " : "") + std::string(axis_names[i]) + "=" + std::to_string(state_->sizes[i]);
+      s.append(i ? ", " : "").append(axis_names[i]).append("=").append(std::to_string(state_->sizes[i]));
     return s + ">";
   }
 
@@ -196,7 +199,7 @@ class Mesh {
   static std::string describe_names() {
     std::string s = "Mesh<";
     for (int i = 0; i < axis_count; ++i)
-      s += (i ? ", \"" : "\"") + std::string(axis_names[i]) + "\"";
+      s.append(i ? ", \"" : "\"").append(axis_names[i]).append("\"");
     return s + ">";
   }
 

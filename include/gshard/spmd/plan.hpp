@@ -91,7 +91,7 @@ inline Shape shape_in(const Layout& layout, const Layout& source, const Shape& s
 inline std::string axes_string(unsigned mask, const std::vector<std::string>& names) {
   std::string s;
   for (std::size_t a = 0; a < names.size(); ++a)
-    if (mask & (1u << a)) s += (s.empty() ? "" : "*") + names[a];
+    if (mask & (1u << a)) s.append(s.empty() ? "" : "*").append(names[a]);
   return s.empty() ? "none" : s;
 }
 
@@ -254,6 +254,12 @@ inline ReshardPlan plan_reshard(const Layout& source, const Layout& target, cons
   Layout cur = source;
   auto push = [&](StepKind kind, unsigned axes, const Layout& to,
                   std::int64_t bytes) -> ReshardStep& {
+    // Over axes of size 1 nothing moves: the step is a local copy.
+    if (axes != 0 && group_size_of(axes, sizes) == 1) {
+      kind = StepKind::local;
+      axes = 0;
+      bytes = 0;
+    }
     plan.steps.push_back(ReshardStep{kind, axes, cur, to, -1, -1, -1, bytes});
     cur = to;
     return plan.steps.back();

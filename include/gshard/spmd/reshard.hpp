@@ -81,10 +81,17 @@ class ReshardExecutor {
   ReshardExecutor(const ReshardPlan& plan, const MeshState& mesh, ReduceOp op)
       : plan_(plan), mesh_(mesh), op_(op) {}
 
-  Kokkos::View<T*> run(Kokkos::View<T*> data) const {
-    for (const ReshardStep& step : plan_.steps) data = run_step(step, data);
+  /// Runs every step; the last one writes into `final_out` when given (its size must be the
+  /// target's local size), so a caller can reuse a tensor's storage.
+  Kokkos::View<T*> run(Kokkos::View<T*> data, Kokkos::View<T*> final_out = {}) const {
+    for (std::size_t i = 0; i < plan_.steps.size(); ++i) {
+      out_ = i + 1 == plan_.steps.size() ? final_out : Kokkos::View<T*>();
+      data = run_step(plan_.steps[i], data);
+    }
+    out_ = {};
     return data;
   }
+
 
  private:
   Shape shape_of(const Layout& l) const { return shape_in(l, plan_.source, plan_.shape); }
@@ -93,8 +100,22 @@ class ReshardExecutor {
   }
   std::string axes(unsigned mask) const { return axes_string(mask, plan_.axis_names); }
   MPI_Comm group(unsigned mask) const { return mask == 0 ? MPI_COMM_SELF : mesh_.groups[mask]; }
-  Kokkos::View<T*> fresh(const Layout& l) const {
-    return Kokkos::View<T*>("gshard::reshard", local_elements(l));
+  // The step's output: the caller's buffer on the last step, else a new one. `overwritten`
+  // says the step writes every element (padding included), so no zero fill is needed.
+  Kokkos::View<T*> output(const Layout& l, bool overwritten) const {
+    const std::int64_t n = local_elements(l);
+    if (out_.data() != nullptr && static_cast<std::int64_t>(out_.extent(0)) == n) {
+      if (!overwritten) Kokkos::deep_copy(out_, T{});
+      return out_;
+    }
+    if (overwritten)
+      return Kokkos::View<T*>(
+          Kokkos::view_alloc(std::string("gshard::reshard"), Kokkos::WithoutInitializing), n);
+    return Kokkos::View<T*>("gshard::reshard", n);
+  }
+  Kokkos::View<T*> scratch(std::int64_t n) const {
+    return Kokkos::View<T*>(
+        Kokkos::view_alloc(std::string("gshard::reshard::buffer"), Kokkos::WithoutInitializing), n);
   }
 
   Kokkos::View<T*> run_step(const ReshardStep& s, const Kokkos::View<T*>& in) const {
@@ -119,7 +140,7 @@ class ReshardExecutor {
   }
 
   Kokkos::View<T*> all_reduce_step(const ReshardStep& s, const Kokkos::View<T*>& in) const {
-    Kokkos::View<T*> out = fresh(s.to);
+    Kokkos::View<T*> out = output(s.to, true);
     MpiAccess<T> src(in, true);
     MpiAccess<T> dst(out, false);
     const int k = group_size_of(s.axes, mesh_.sizes);
@@ -186,7 +207,7 @@ class ReshardExecutor {
 
   Kokkos::View<T*> reduce_scatter_step(const ReshardStep& s, const Kokkos::View<T*>& in) const {
     const int k = group_size_of(s.axes, mesh_.sizes);
-    Kokkos::View<T*> out = fresh(s.to);
+    Kokkos::View<T*> out = output(s.to, true);
     const std::int64_t n = static_cast<std::int64_t>(out.extent(0));
     Kokkos::View<T*> send = in;
     if (!(static_cast<std::int64_t>(in.extent(0)) == k * n &&
@@ -204,10 +225,10 @@ class ReshardExecutor {
   Kokkos::View<T*> all_gather_step(const ReshardStep& s, const Kokkos::View<T*>& in) const {
     const int k = group_size_of(s.axes, mesh_.sizes);
     const std::int64_t n = static_cast<std::int64_t>(in.extent(0));
-    Kokkos::View<T*> out = fresh(s.to);
-    const bool direct = static_cast<std::int64_t>(out.extent(0)) == k * n &&
+    const bool direct = local_elements(s.to) == k * n &&
                         outermost(local_extents(s.from, shape_of(s.from), mesh_.sizes), s.from_dim);
-    Kokkos::View<T*> recv = direct ? out : Kokkos::View<T*>("gshard::reshard::recv", k * n);
+    Kokkos::View<T*> out = output(s.to, direct);
+    Kokkos::View<T*> recv = direct ? out : scratch(k * n);
     MpiAccess<T> src(in, true);
     MpiAccess<T> dst(recv, false);
     all_gather(src.data(), dst.data(), n, group(s.axes), axes(s.axes));
@@ -218,7 +239,7 @@ class ReshardExecutor {
 
   Kokkos::View<T*> all_to_all_step(const ReshardStep& s, const Kokkos::View<T*>& in) const {
     const int k = group_size_of(s.axes, mesh_.sizes);
-    Kokkos::View<T*> out = fresh(s.to);
+    Kokkos::View<T*> out = output(s.to, false);
     // Pieces: the local block cut along the receiving dim (y) to the target's chunk.
     Shape piece_ext = local_extents(s.from, shape_of(s.from), mesh_.sizes);
     piece_ext[static_cast<std::size_t>(s.to_dim)] =
@@ -227,7 +248,7 @@ class ReshardExecutor {
     const std::int64_t piece = product(piece_ext);
     Kokkos::View<T*> send("gshard::reshard::send", k * piece);
     pack_pieces(s.from, s.to, s.to_dim, k, in.data(), send.data());
-    Kokkos::View<T*> recv("gshard::reshard::recv", k * piece);
+    Kokkos::View<T*> recv = scratch(k * piece);
     {
       MpiAccess<T> src(send, true);
       MpiAccess<T> dst(recv, false);
@@ -256,7 +277,7 @@ class ReshardExecutor {
       if (s.axes & (1u << x))
         partner_rank = partner_rank * mesh_.sizes[static_cast<std::size_t>(x)] +
                        partner[static_cast<std::size_t>(x)];
-    Kokkos::View<T*> out = fresh(s.to);
+    Kokkos::View<T*> out = output(s.to, true);
     MpiAccess<T> src(in, true);
     MpiAccess<T> dst(out, false);
     permute(src.data(), dst.data(), static_cast<std::int64_t>(in.extent(0)), partner_rank,
@@ -271,7 +292,7 @@ class ReshardExecutor {
       const int a = s.to.partial[i];
       if (!s.from.is_partial(a) && mesh_.coords[static_cast<std::size_t>(a)] != 0) keeps = false;
     }
-    Kokkos::View<T*> out = fresh(s.to);
+    Kokkos::View<T*> out = output(s.to, false);
     // Max and min are idempotent: every copy may keep the value. Sums keep one copy.
     if (keeps || op_ != ReduceOp::sum) Kokkos::deep_copy(out, in);
     return out;
@@ -285,7 +306,7 @@ class ReshardExecutor {
     const Coords& me = mesh_.coords;
     const Shape from_shape = shape_of(from);
     const Shape to_shape = shape_of(to);
-    Kokkos::View<T*> out = fresh(to);
+    Kokkos::View<T*> out = output(to, false);
     const BoxEnds mine_from = block_ends(from, from_shape, sizes, me);
     const BoxEnds mine_to = block_ends(to, to_shape, sizes, me);
     // What this rank keeps.
@@ -323,8 +344,8 @@ class ReshardExecutor {
       send_total += send_counts[ju];
       recv_total += recv_counts[ju];
     }
-    Kokkos::View<T*> send("gshard::reshard::send", send_total);
-    Kokkos::View<T*> recv("gshard::reshard::recv", recv_total);
+    Kokkos::View<T*> send = scratch(send_total);
+    Kokkos::View<T*> recv = scratch(recv_total);
     for (int j = 0; j < k; ++j) {
       const auto ju = static_cast<std::size_t>(j);
       if (send_counts[ju] == 0) continue;
@@ -355,6 +376,7 @@ class ReshardExecutor {
   const ReshardPlan& plan_;
   const MeshState& mesh_;
   ReduceOp op_;
+  mutable Kokkos::View<T*> out_;  // the caller's buffer for the last step, if any
 };
 
 template <class MeshT>
@@ -395,6 +417,28 @@ Target reshard(const Sharded<T, MeshT, Spec>& source) {
   Target out(source.mesh(), std::move(shape), run.run(source.local_view()));
   out.set_partial_op(source.partial_op());
   return out;
+}
+
+/// Reshards `source` into `target`'s existing storage (its global shape must match), so a loop
+/// that reshards every step allocates nothing for the result. Collective over the mesh.
+template <class Target, class T, class MeshT, fixed_string Spec>
+void reshard_into(const Sharded<T, MeshT, Spec>& source, Target& target) {
+  const ReshardPlan plan = plan_reshard<Target>(source);
+  const Shape shape = detail::shape_in(Target::layout, plan.source, source.shape());
+  if (shape != target.shape())
+    throw Error("reshard_into", "the target " + target.describe() +
+                                    " does not have the global shape " +
+                                    detail::shape_string(shape) + " of the source " +
+                                    source.describe());
+  if (plan.steps.empty()) {
+    if (target.local_view().data() != source.local_view().data())
+      Kokkos::deep_copy(target.local_view(), source.local_view());
+  } else {
+    const detail::ReshardExecutor<T> run(plan, source.mesh().state(), source.partial_op());
+    const Kokkos::View<T*> out = run.run(source.local_view(), target.local_view());
+    if (out.data() != target.local_view().data()) Kokkos::deep_copy(target.local_view(), out);
+  }
+  target.set_partial_op(source.partial_op());
 }
 
 /// One line per step: the collective, its axes, the layouts and the bytes this rank sends.

@@ -1,0 +1,7 @@
+// expect-error: mesh_axis_name_used_twice<gshard::fixed_string<2>{"x"}>
+// Two mesh axes share the name "x".
+#include <gshard/gshard.hpp>
+
+using Bad = gshard::Mesh<"x", "x">;
+
+int main() { return sizeof(Bad) == 0 ? 1 : 0; }

@@ -1,0 +1,7 @@
+// expect-error: gshard::Mesh: give 1 to 4 axis names
+// A mesh with five axes; at most 4 are allowed.
+#include <gshard/gshard.hpp>
+
+using Bad = gshard::Mesh<"a", "b", "c", "d", "e">;
+
+int main() { return sizeof(Bad) == 0 ? 1 : 0; }

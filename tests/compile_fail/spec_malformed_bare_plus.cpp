@@ -1,0 +1,8 @@
+// expect-error: malformed_piece<gshard::fixed_string<2>{"+"}
+// A '+' with no axis after it.
+#include <gshard/gshard.hpp>
+
+using M = gshard::Mesh<"data", "expert">;
+using Bad = gshard::Sharded<float, M, "+">;
+
+int main() { return sizeof(Bad) == 0 ? 1 : 0; }
