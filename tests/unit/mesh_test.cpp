@@ -41,7 +41,10 @@ std::vector<int> row_major_coords(int r, const std::vector<int>& sizes) {
 
 std::string sizes_string(const std::vector<int>& sizes) {
   std::string s;
-  for (std::size_t i = 0; i < sizes.size(); ++i) s += (i ? "x" : "") + std::to_string(sizes[i]);
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    if (i > 0) s += 'x';
+    s += std::to_string(sizes[i]);
+  }
   return s;
 }
 
@@ -123,7 +126,8 @@ void check_mesh(const M& mesh, MPI_Comm comm, const std::vector<int>& sizes) {
       const std::vector<int> c = row_major_coords(r, sizes);
       bool agrees = true;
       for (int a = 0; a < n; ++a)
-        if (!(mask & (1u << a)) && c[static_cast<std::size_t>(a)] != mine[static_cast<std::size_t>(a)])
+        if (!(mask & (1u << a)) &&
+            c[static_cast<std::size_t>(a)] != mine[static_cast<std::size_t>(a)])
           agrees = false;
       if (agrees) expected.push_back(world_of[static_cast<std::size_t>(r)]);
     }
@@ -174,7 +178,8 @@ void check_throws_everywhere(Make make, const std::vector<std::string>& pieces) 
   }
   CHECK(threw == 1);
   INFO("message: " << message);
-  for (const auto& p : pieces) CHECK_MESSAGE(message.find(p) != std::string::npos, "missing: " << p);
+  for (const auto& p : pieces)
+    CHECK_MESSAGE(message.find(p) != std::string::npos, "missing: " << p);
   int all = 0;
   MPI_Allreduce(&threw, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   CHECK(all == world_size());
@@ -274,8 +279,11 @@ TEST_CASE("Mesh: on a split communicator (each half of the world its own mesh)")
       CHECK(members == expected);
     }
     // A mesh sized for the whole world does not fit a half.
-    check_throws_everywhere([&] { (void)M(part, {n, 1}); },
-                            {std::to_string(n) + "x1", "communicator has " + std::to_string(part_size)});
+    check_throws_everywhere(
+        [&] {
+          (void)M(part, {n, 1});
+        },
+        {std::to_string(n) + "x1", "communicator has " + std::to_string(part_size)});
   }
   MPI_Comm_free(&part);
 }
@@ -284,21 +292,32 @@ TEST_CASE("Mesh: sizes that do not multiply to the communicator size throw on ev
   const int n = world_size();
   using M = gshard::Mesh<"x", "y">;
   // Too many ranks asked for.
-  check_throws_everywhere([&] { (void)M(MPI_COMM_WORLD, {n + 1, 1}); },
-                          {"gshard::Mesh: ", std::to_string(n + 1) + "x1",
-                           "make " + std::to_string(n + 1) + " ranks",
-                           "communicator has " + std::to_string(n)});
-  check_throws_everywhere([&] { (void)M(MPI_COMM_WORLD, {2, 2 * n}); },
-                          {"2x" + std::to_string(2 * n), "make " + std::to_string(4 * n) + " ranks",
-                           "communicator has " + std::to_string(n)});
+  check_throws_everywhere(
+      [&] {
+        (void)M(MPI_COMM_WORLD, {n + 1, 1});
+      },
+      {"gshard::Mesh: ", std::to_string(n + 1) + "x1", "make " + std::to_string(n + 1) + " ranks",
+       "communicator has " + std::to_string(n)});
+  check_throws_everywhere(
+      [&] {
+        (void)M(MPI_COMM_WORLD, {2, 2 * n});
+      },
+      {"2x" + std::to_string(2 * n), "make " + std::to_string(4 * n) + " ranks",
+       "communicator has " + std::to_string(n)});
   if (n > 1) {
     // Too few.
-    check_throws_everywhere([&] { (void)M(MPI_COMM_WORLD, {1, n - 1}); },
-                            {"1x" + std::to_string(n - 1), "communicator has " + std::to_string(n)});
+    check_throws_everywhere(
+        [&] {
+          (void)M(MPI_COMM_WORLD, {1, n - 1});
+        },
+        {"1x" + std::to_string(n - 1), "communicator has " + std::to_string(n)});
   }
   using M3 = gshard::Mesh<"x", "y", "z">;
-  check_throws_everywhere([&] { (void)M3(MPI_COMM_WORLD, {n, 3, 1}); },
-                          {std::to_string(n) + "x3x1", "communicator has " + std::to_string(n)});
+  check_throws_everywhere(
+      [&] {
+        (void)M3(MPI_COMM_WORLD, {n, 3, 1});
+      },
+      {std::to_string(n) + "x3x1", "communicator has " + std::to_string(n)});
 }
 
 TEST_CASE("Mesh: the wrong number of sizes throws on every rank") {

@@ -51,26 +51,30 @@ struct too_many_dimensions {
 
 namespace detail {
 
-// Instantiates the diagnostic for a failed parse; yields true when the spec is fine.
-template <fixed_string Spec, SpecError Error, std::size_t Length, auto Parse>
-constexpr bool report_spec_error() {
-  constexpr auto what = make_fixed<Length>(Parse().offending);
-  if constexpr (Error == SpecError::none) {
+/// True when Spec parses against the mesh's axes; otherwise instantiates the diagnostic that
+/// names the mistake (and so stops compilation there).
+template <class MeshT, fixed_string Spec>
+constexpr bool check_spec() {
+  constexpr SpecParse parsed = parse_layout(Spec.view(), MeshT::axis_names);
+  if constexpr (parsed.error == SpecError::none) {
     return true;
-  } else if constexpr (Error == SpecError::malformed_piece) {
-    return sizeof(spec_error::malformed_piece<what, Spec>) == 0;
-  } else if constexpr (Error == SpecError::unknown_axis) {
-    return sizeof(spec_error::unknown_mesh_axis<what, Spec>) == 0;
-  } else if constexpr (Error == SpecError::label_used_twice) {
-    return sizeof(spec_error::label_used_twice<what, Spec>) == 0;
-  } else if constexpr (Error == SpecError::axis_used_twice) {
-    return sizeof(spec_error::mesh_axis_used_twice<what, Spec>) == 0;
-  } else if constexpr (Error == SpecError::partial_axis_splits) {
-    return sizeof(spec_error::partial_axis_also_splits_a_dimension<what, Spec>) == 0;
-  } else if constexpr (Error == SpecError::dimension_after_partial) {
-    return sizeof(spec_error::dimension_after_partial_axis<what, Spec>) == 0;
   } else {
-    return sizeof(spec_error::too_many_dimensions<what, Spec>) == 0;
+    constexpr auto what = make_fixed<parsed.offending.size()>(parsed.offending);
+    if constexpr (parsed.error == SpecError::malformed_piece) {
+      return sizeof(spec_error::malformed_piece<what, Spec>) == 0;
+    } else if constexpr (parsed.error == SpecError::unknown_axis) {
+      return sizeof(spec_error::unknown_mesh_axis<what, Spec>) == 0;
+    } else if constexpr (parsed.error == SpecError::label_used_twice) {
+      return sizeof(spec_error::label_used_twice<what, Spec>) == 0;
+    } else if constexpr (parsed.error == SpecError::axis_used_twice) {
+      return sizeof(spec_error::mesh_axis_used_twice<what, Spec>) == 0;
+    } else if constexpr (parsed.error == SpecError::partial_axis_splits) {
+      return sizeof(spec_error::partial_axis_also_splits_a_dimension<what, Spec>) == 0;
+    } else if constexpr (parsed.error == SpecError::dimension_after_partial) {
+      return sizeof(spec_error::dimension_after_partial_axis<what, Spec>) == 0;
+    } else {
+      return sizeof(spec_error::too_many_dimensions<what, Spec>) == 0;
+    }
   }
 }
 

@@ -191,7 +191,10 @@ class Mesh {
   [[nodiscard]] std::string describe() const {
     std::string s = "Mesh<";
     for (int i = 0; i < axis_count; ++i)
-      s.append(i ? ", " : "").append(axis_names[i]).append("=").append(std::to_string(state_->sizes[i]));
+      s.append(i ? ", " : "")
+          .append(axis_names[i])
+          .append("=")
+          .append(std::to_string(state_->sizes[i]));
     return s + ">";
   }
 

@@ -92,7 +92,6 @@ class ReshardExecutor {
     return data;
   }
 
-
  private:
   Shape shape_of(const Layout& l) const { return shape_in(l, plan_.source, plan_.shape); }
   std::int64_t local_elements(const Layout& l) const {
@@ -426,10 +425,9 @@ void reshard_into(const Sharded<T, MeshT, Spec>& source, Target& target) {
   const ReshardPlan plan = plan_reshard<Target>(source);
   const Shape shape = detail::shape_in(Target::layout, plan.source, source.shape());
   if (shape != target.shape())
-    throw Error("reshard_into", "the target " + target.describe() +
-                                    " does not have the global shape " +
-                                    detail::shape_string(shape) + " of the source " +
-                                    source.describe());
+    throw Error("reshard_into",
+                "the target " + target.describe() + " does not have the global shape " +
+                    detail::shape_string(shape) + " of the source " + source.describe());
   if (plan.steps.empty()) {
     if (target.local_view().data() != source.local_view().data())
       Kokkos::deep_copy(target.local_view(), source.local_view());

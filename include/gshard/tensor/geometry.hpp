@@ -97,7 +97,8 @@ std::string layout_string(const Layout& layout, const std::array<std::string_vie
 
 inline std::string shape_string(const Shape& shape) {
   std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s.append(i ? ", " : "").append(std::to_string(shape[i]));
+  for (std::size_t i = 0; i < shape.size(); ++i)
+    s.append(i ? ", " : "").append(std::to_string(shape[i]));
   return s + "]";
 }
 

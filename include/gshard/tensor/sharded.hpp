@@ -24,31 +24,6 @@ concept ElementType = std::is_same_v<T, float> || std::is_same_v<T, double> ||
 
 namespace detail {
 
-template <class MeshT, fixed_string Spec>
-constexpr bool check_spec() {
-  constexpr SpecParse parsed = parse_layout(Spec.view(), MeshT::axis_names);
-  if constexpr (parsed.error == SpecError::none) {
-    return true;
-  } else {
-    constexpr auto what = make_fixed<parsed.offending.size()>(parsed.offending);
-    if constexpr (parsed.error == SpecError::malformed_piece) {
-      return sizeof(spec_error::malformed_piece<what, Spec>) == 0;
-    } else if constexpr (parsed.error == SpecError::unknown_axis) {
-      return sizeof(spec_error::unknown_mesh_axis<what, Spec>) == 0;
-    } else if constexpr (parsed.error == SpecError::label_used_twice) {
-      return sizeof(spec_error::label_used_twice<what, Spec>) == 0;
-    } else if constexpr (parsed.error == SpecError::axis_used_twice) {
-      return sizeof(spec_error::mesh_axis_used_twice<what, Spec>) == 0;
-    } else if constexpr (parsed.error == SpecError::partial_axis_splits) {
-      return sizeof(spec_error::partial_axis_also_splits_a_dimension<what, Spec>) == 0;
-    } else if constexpr (parsed.error == SpecError::dimension_after_partial) {
-      return sizeof(spec_error::dimension_after_partial_axis<what, Spec>) == 0;
-    } else {
-      return sizeof(spec_error::too_many_dimensions<what, Spec>) == 0;
-    }
-  }
-}
-
 /// The same labels, each once, in both layouts (order may differ).
 constexpr bool same_label_set(const Layout& a, const Layout& b) {
   if (a.rank != b.rank) return false;
@@ -65,8 +40,9 @@ inline constexpr bool always_false = false;
 template <fixed_string From, fixed_string To>
 struct labels_differ_between_layouts {
   static_assert(always_false<labels_differ_between_layouts>,
-                "gshard: a value can only be resharded to a layout with the same labels; "
-                "rename labels with .as<\"...\">() first");
+                "gshard: a value can only be resharded to a layout with the same labels (the same "
+                "number of dimensions, the same letters); "
+                "to mean other labels, rename them with .as<\"...\">() first");
 };
 template <fixed_string From, fixed_string To>
 struct renamed_layout_must_keep_axes {
@@ -163,32 +139,29 @@ class Sharded {
   /// ("ABC"), or the whole spec with other labels and the same axes ("A:data B C").
   template <fixed_string NewSpec>
   [[nodiscard]] auto as() const {
-    constexpr bool labels_only = NewSpec.view().find_first_of(":+ ") == std::string_view::npos;
+    constexpr bool labels_only = [] {
+      for (char c : NewSpec.view())
+        if (c == ':' || c == '+' || c == ' ') return false;
+      return true;
+    }();
     if constexpr (labels_only) {
-      static_assert(NewSpec.size() == static_cast<std::size_t>(rank),
-                    "gshard .as<\"...\">(): give one new label per dimension");
-      constexpr auto full = relabelled<NewSpec>();
-      return as<full>();
+      if constexpr (NewSpec.size() != static_cast<std::size_t>(rank)) {
+        static_assert(NewSpec.size() == static_cast<std::size_t>(rank),
+                      "gshard .as<\"...\">(): give one new label per dimension");
+        return *this;
+      } else {
+        return as<relabelled<NewSpec>()>();
+      }
     } else {
       using Result = Sharded<T, MeshT, NewSpec>;
-      constexpr Layout to = Result::layout;
-      constexpr bool same_axes = [] {
-        if (to.rank != layout.rank || to.partial_count != layout.partial_count) return false;
-        for (int d = 0; d < layout.rank; ++d) {
-          DimLayout a = layout.dims[d], b = to.dims[d];
-          a.label = b.label = 0;
-          if (!(a == b)) return false;
-        }
-        for (int i = 0; i < layout.partial_count; ++i)
-          if (!to.is_partial(layout.partial[i])) return false;
-        return true;
-      }();
-      if constexpr (!same_axes) {
+      if constexpr (!same_axes_as(Result::layout)) {
         static_assert(sizeof(layout_error::renamed_layout_must_keep_axes<Spec, NewSpec>) == 0);
+        return *this;
+      } else {
+        Result out(mesh_, shape_, data_);
+        out.set_partial_op(partial_op_);
+        return out;
       }
-      Result out(mesh_, shape_, data_);
-      out.set_partial_op(partial_op_);
-      return out;
     }
   }
 
@@ -199,6 +172,20 @@ class Sharded {
   [[nodiscard]] std::vector<T> gather_to_root(int root = 0) const { return assemble(root); }
 
  private:
+  // Same axes per position and same partial axes: only the labels may differ.
+  static constexpr bool same_axes_as(const Layout& to) {
+    if (to.rank != layout.rank || to.partial_count != layout.partial_count) return false;
+    for (int d = 0; d < layout.rank; ++d) {
+      DimLayout a = layout.dims[d];
+      DimLayout b = to.dims[d];
+      a.label = b.label = 0;
+      if (!(a == b)) return false;
+    }
+    for (int i = 0; i < layout.partial_count; ++i)
+      if (!to.is_partial(layout.partial[i])) return false;
+    return true;
+  }
+
   template <fixed_string NewLabels>
   static constexpr auto relabelled() {
     // Spec with each label replaced in turn by the next new label.
