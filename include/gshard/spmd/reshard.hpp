@@ -2,10 +2,16 @@
 // Executing a reshard plan (spmd/plan.hpp) on a tensor's local shard, and the public entry
 // points: reshard<Target>(t), plan_reshard<Target>(t), explain(plan).
 #include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "../comm/collectives.hpp"
 #include "../kernels/copy_box.hpp"
@@ -32,6 +38,79 @@ class MpiAccess {
   Kokkos::View<T*> view_;
   decltype(Kokkos::create_mirror_view(std::declval<Kokkos::View<T*>&>())) host_;
 };
+
+/// Asks the kernel to back the 2 MiB-aligned interior of a fresh host allocation with huge
+/// pages (Linux transparent huge pages in "madvise" mode), before anything touches it: the first
+/// touch of a large result then takes one fault per 2 MiB instead of one per 4 KiB.
+template <class T>
+void advise_huge_pages(const Kokkos::View<T*>& v) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  using Space = typename Kokkos::View<T*>::memory_space;
+  if constexpr (std::is_same_v<Space, Kokkos::HostSpace>) {
+    constexpr std::uintptr_t huge = std::uintptr_t{2} << 20;
+    const auto begin = reinterpret_cast<std::uintptr_t>(v.data());
+    const std::uintptr_t first = (begin + huge - 1) & ~(huge - 1);
+    const std::uintptr_t last = (begin + v.extent(0) * sizeof(T)) & ~(huge - 1);
+    if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+  }
+#else
+  (void)v;
+#endif
+}
+
+/// Results of resharding, recycled: a result the caller has dropped (the cache holds its only
+/// reference) is handed out again for the next result of the same size, so `y = reshard<L>(x)`
+/// in a loop stops allocating (and first-touching) after two iterations. Small results and
+/// results nobody dropped take a fresh allocation. Holds at most `slots` dropped results; all
+/// are released when Kokkos finalises.
+template <class T>
+Kokkos::View<T*> recycled_result(std::int64_t n) {
+  constexpr std::size_t slots = 8;
+  constexpr std::int64_t min_bytes = std::int64_t{256} << 10;
+  static std::vector<Kokkos::View<T*>> cache;
+  static const bool hooked = [] {
+    Kokkos::push_finalize_hook([] { cache.clear(); });
+    return true;
+  }();
+  (void)hooked;
+  if (n * static_cast<std::int64_t>(sizeof(T)) >= min_bytes)
+    for (const Kokkos::View<T*>& v : cache)
+      if (v.use_count() == 1 && static_cast<std::int64_t>(v.extent(0)) == n) return v;
+  Kokkos::View<T*> fresh(
+      Kokkos::view_alloc(std::string("gshard::reshard"), Kokkos::WithoutInitializing), n);
+  advise_huge_pages(fresh);
+  if (n * static_cast<std::int64_t>(sizeof(T)) < min_bytes) return fresh;
+  if (cache.size() >= slots) {  // forget a dropped one (freeing it), or do not cache
+    auto dropped = std::find_if(cache.begin(), cache.end(),
+                                [](const Kokkos::View<T*>& v) { return v.use_count() == 1; });
+    if (dropped == cache.end()) return fresh;
+    cache.erase(dropped);
+  }
+  cache.push_back(fresh);
+  return fresh;
+}
+
+/// The executor's send and receive staging buffers (slot 0 and 1), kept between calls and grown
+/// on demand, so a reshard in a loop neither allocates nor first-touches them again. Released
+/// when Kokkos finalises. MPI is funneled through one thread, so one set per element type does.
+template <class T>
+Kokkos::View<T*> workspace(int slot, std::int64_t n) {
+  static std::array<Kokkos::View<T*>, 2> views;
+  static const bool hooked = [] {
+    Kokkos::push_finalize_hook([] { views = {}; });
+    return true;
+  }();
+  (void)hooked;
+  Kokkos::View<T*>& v = views[static_cast<std::size_t>(slot)];
+  if (static_cast<std::int64_t>(v.extent(0)) < n) {
+    v = Kokkos::View<T*>();
+    v = Kokkos::View<T*>(
+        Kokkos::view_alloc(std::string("gshard::reshard::workspace"), Kokkos::WithoutInitializing),
+        n);
+    advise_huge_pages(v);
+  }
+  return Kokkos::View<T*>(v.data(), n);  // unmanaged: the cache owns the memory
+}
 
 /// Copies `box` (global indices, per dim of `to`) from a block under `from` held at
 /// `from_origin` (global offsets per dim of `from`) into a block under `to` at `to_origin`.
@@ -107,15 +186,12 @@ class ReshardExecutor {
       if (!overwritten) Kokkos::deep_copy(out_, T{});
       return out_;
     }
-    if (overwritten)
-      return Kokkos::View<T*>(
-          Kokkos::view_alloc(std::string("gshard::reshard"), Kokkos::WithoutInitializing), n);
-    return Kokkos::View<T*>("gshard::reshard", n);
+    Kokkos::View<T*> fresh = recycled_result<T>(n);
+    if (!overwritten) Kokkos::deep_copy(fresh, T{});
+    return fresh;
   }
-  Kokkos::View<T*> scratch(std::int64_t n) const {
-    return Kokkos::View<T*>(
-        Kokkos::view_alloc(std::string("gshard::reshard::buffer"), Kokkos::WithoutInitializing), n);
-  }
+  // Staging buffer `slot` (0: send, 1: receive), not initialised, reused between calls.
+  static Kokkos::View<T*> scratch(std::int64_t n, int slot) { return workspace<T>(slot, n); }
 
   Kokkos::View<T*> run_step(const ReshardStep& s, const Kokkos::View<T*>& in) const {
     switch (s.kind) {
@@ -204,6 +280,14 @@ class ReshardExecutor {
     return true;
   }
 
+  // True when pack_pieces(from, to, d, k) writes every element of its k pieces.
+  bool pieces_cover(const Layout& from, const Layout& to, int d, int k) const {
+    const Shape from_shape = shape_of(from);
+    const std::int64_t chunk =
+        ceil_div(from_shape[static_cast<std::size_t>(d)], shard_count(to.dims[d], mesh_.sizes));
+    return k * chunk == local_extents(from, from_shape, mesh_.sizes)[static_cast<std::size_t>(d)];
+  }
+
   Kokkos::View<T*> reduce_scatter_step(const ReshardStep& s, const Kokkos::View<T*>& in) const {
     const int k = group_size_of(s.axes, mesh_.sizes);
     Kokkos::View<T*> out = output(s.to, true);
@@ -211,7 +295,8 @@ class ReshardExecutor {
     Kokkos::View<T*> send = in;
     if (!(static_cast<std::int64_t>(in.extent(0)) == k * n &&
           outermost(local_extents(s.from, shape_of(s.from), mesh_.sizes), s.from_dim))) {
-      send = Kokkos::View<T*>("gshard::reshard::send", k * n);
+      send = scratch(k * n, 0);
+      if (!pieces_cover(s.from, s.to, s.from_dim, k)) Kokkos::deep_copy(send, T{});
       pack_pieces(s.from, s.to, s.from_dim, k, in.data(), send.data());
     }
     MpiAccess<T> src(send, true);
@@ -226,8 +311,9 @@ class ReshardExecutor {
     const std::int64_t n = static_cast<std::int64_t>(in.extent(0));
     const bool direct = local_elements(s.to) == k * n &&
                         outermost(local_extents(s.from, shape_of(s.from), mesh_.sizes), s.from_dim);
-    Kokkos::View<T*> out = output(s.to, direct);
-    Kokkos::View<T*> recv = direct ? out : scratch(k * n);
+    // The pieces tile the target block (their padding holds zeros): no zero fill either way.
+    Kokkos::View<T*> out = output(s.to, true);
+    Kokkos::View<T*> recv = direct ? out : scratch(k * n, 1);
     MpiAccess<T> src(in, true);
     MpiAccess<T> dst(recv, false);
     all_gather(src.data(), dst.data(), n, group(s.axes), axes(s.axes));
@@ -238,26 +324,41 @@ class ReshardExecutor {
 
   Kokkos::View<T*> all_to_all_step(const ReshardStep& s, const Kokkos::View<T*>& in) const {
     const int k = group_size_of(s.axes, mesh_.sizes);
-    Kokkos::View<T*> out = output(s.to, false);
+    const auto x = static_cast<std::size_t>(s.from_dim);
+    const auto y = static_cast<std::size_t>(s.to_dim);
+    const Shape from_ext = local_extents(s.from, shape_of(s.from), mesh_.sizes);
+    const Shape to_ext = local_extents(s.to, shape_of(s.to), mesh_.sizes);
+    // The received pieces tile the target block (their padding holds zeros): no zero fill.
+    Kokkos::View<T*> out = output(s.to, true);
     // Pieces: the local block cut along the receiving dim (y) to the target's chunk.
-    Shape piece_ext = local_extents(s.from, shape_of(s.from), mesh_.sizes);
-    piece_ext[static_cast<std::size_t>(s.to_dim)] =
-        ceil_div(shape_of(s.from)[static_cast<std::size_t>(s.to_dim)],
-                 shard_count(s.to.dims[s.to_dim], mesh_.sizes));
+    Shape piece_ext = from_ext;
+    piece_ext[y] = ceil_div(shape_of(s.from)[y], shard_count(s.to.dims[s.to_dim], mesh_.sizes));
     const std::int64_t piece = product(piece_ext);
-    Kokkos::View<T*> send("gshard::reshard::send", k * piece);
-    pack_pieces(s.from, s.to, s.to_dim, k, in.data(), send.data());
-    Kokkos::View<T*> recv = scratch(k * piece);
+    // Zero-copy sides, as a hand-written program does: when y is the outermost dimension of
+    // the source block the pieces are consecutive slices of it; when x is the outermost
+    // dimension of the target block the received pieces are consecutive slices of it.
+    const bool send_direct = k * piece_ext[y] == from_ext[y] && outermost(from_ext, s.to_dim);
+    const bool recv_direct = k * from_ext[x] == to_ext[x] && outermost(to_ext, s.from_dim) &&
+                             static_cast<std::int64_t>(out.extent(0)) == k * piece;
+    Kokkos::View<T*> send = in;
+    if (!send_direct) {
+      send = scratch(k * piece, 0);
+      if (k * piece_ext[y] != from_ext[y]) Kokkos::deep_copy(send, T{});
+      pack_pieces(s.from, s.to, s.to_dim, k, in.data(), send.data());
+    }
+    Kokkos::View<T*> recv = recv_direct ? out : scratch(k * piece, 1);
     {
       MpiAccess<T> src(send, true);
       MpiAccess<T> dst(recv, false);
       all_to_all(src.data(), dst.data(), piece, group(s.axes), axes(s.axes));
       dst.copy_out();
     }
-    // Received pieces are blocks of a layout where y already has the axis and x still has it.
-    Layout mid = s.to;
-    mid.dims[s.from_dim] = s.from.dims[s.from_dim];
-    unpack_pieces(mid, s.to, s.from_dim, k, recv.data(), out.data());
+    if (!recv_direct) {
+      // Received pieces are blocks of a layout where y already has the axis and x still has it.
+      Layout mid = s.to;
+      mid.dims[s.from_dim] = s.from.dims[s.from_dim];
+      unpack_pieces(mid, s.to, s.from_dim, k, recv.data(), out.data());
+    }
     return out;
   }
 
@@ -305,15 +406,14 @@ class ReshardExecutor {
     const Coords& me = mesh_.coords;
     const Shape from_shape = shape_of(from);
     const Shape to_shape = shape_of(to);
-    Kokkos::View<T*> out = output(to, false);
     const BoxEnds mine_from = block_ends(from, from_shape, sizes, me);
     const BoxEnds mine_to = block_ends(to, to_shape, sizes, me);
-    // What this rank keeps.
-    {
-      const Box keep = overlap(from, to, to_shape, sizes, me, me);
-      if (keep.volume() > 0)
-        copy_box(in.data(), out.data(), box_copy(keep, from, mine_from, to, mine_to));
-    }
+    // What this rank keeps. When that is the whole block (a local slice without padding),
+    // nothing else writes the result, so it needs no zero fill.
+    const Box keep = overlap(from, to, to_shape, sizes, me, me);
+    Kokkos::View<T*> out = output(to, mask == 0 && keep.volume() == local_elements(to));
+    if (keep.volume() > 0)
+      copy_box(in.data(), out.data(), box_copy(keep, from, mine_from, to, mine_to));
     if (mask == 0) return out;
 
     const int k = group_size_of(mask, sizes);
@@ -343,8 +443,8 @@ class ReshardExecutor {
       send_total += send_counts[ju];
       recv_total += recv_counts[ju];
     }
-    Kokkos::View<T*> send = scratch(send_total);
-    Kokkos::View<T*> recv = scratch(recv_total);
+    Kokkos::View<T*> send = scratch(send_total, 0);
+    Kokkos::View<T*> recv = scratch(recv_total, 1);
     for (int j = 0; j < k; ++j) {
       const auto ju = static_cast<std::size_t>(j);
       if (send_counts[ju] == 0) continue;
