@@ -84,6 +84,8 @@ function(gshard_add_compile_fail_test)
     message(FATAL_ERROR "${arg_SOURCE}: a compile-fail case needs a '// expect-error: <text>' line")
   endif()
   string(REGEX REPLACE "^// expect-error: " "" expected "${expect_line}")
+  # The expectation is read here: editing the case must re-run the configure step.
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${source}")
   set(target compile_fail_${arg_NAME})
   add_executable(${target} EXCLUDE_FROM_ALL "${source}")
   target_link_libraries(${target} PRIVATE gshard::gshard)
