@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "block_reference.hpp"
 #include "mpi_test.hpp"
 
 namespace {
@@ -32,38 +33,10 @@ using Int = std::int64_t;
 
 // --- our own geometry ---------------------------------------------------------------------------
 
-struct Grid {
-  std::vector<int> sizes;
-  std::vector<int> coords;  // of this rank: row-major, last axis fastest
-};
-
-Grid grid_of(const std::vector<int>& sizes, int rank) {
-  Grid g{sizes, std::vector<int>(sizes.size())};
-  for (std::size_t i = sizes.size(); i-- > 0;) {
-    g.coords[i] = rank % sizes[i];
-    rank /= sizes[i];
-  }
-  return g;
-}
-
-struct Block1 {
-  Int offset, valid, chunk;
-};
-
-// Dimension of size n split over `axes` (major first): block index row-major over the axes,
-// chunk c = ceil(n/k), block [i*c, min(n, (i+1)*c)).
-Block1 block1(Int n, const int* axes, int count, const Grid& grid) {
-  Int k = 1;
-  Int index = 0;
-  for (int i = 0; i < count; ++i) {
-    const auto a = static_cast<std::size_t>(axes[i]);
-    k *= grid.sizes[a];
-    index = index * grid.sizes[a] + grid.coords[a];
-  }
-  const Int c = (n + k - 1) / k;
-  const Int offset = index * c;
-  return {offset, std::max<Int>(0, std::min(n, offset + c) - offset), c};
-}
+using gshard::test::block1;
+using gshard::test::Block1;
+using gshard::test::Grid;
+using gshard::test::grid_of;
 
 // Calls f(local index, global row-major index or -1 for padding) for every element of this
 // rank's padded block under `l`, whose global shape is `shape` (in l's order).
