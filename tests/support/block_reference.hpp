@@ -41,4 +41,13 @@ inline Block1 block1(std::int64_t n, const int* axes, int count, const Grid& gri
   return {offset, std::max<std::int64_t>(0, std::min(n, offset + c) - offset), c};
 }
 
+/// The project's mesh matrix for a rank count: every two-axis shape, and 2x2x2 at 8 ranks.
+inline std::vector<std::vector<int>> listed_mesh_shapes(int n) {
+  std::vector<std::vector<int>> out;
+  for (int a = 1; a <= n; ++a)
+    if (n % a == 0) out.push_back({a, n / a});
+  if (n == 8) out.push_back({2, 2, 2});
+  return out;
+}
+
 }  // namespace gshard::test

@@ -623,24 +623,7 @@ struct MeshUnderTest {
   const gshard::detail::MeshState* state;
 };
 
-std::vector<std::vector<int>> mesh_shapes(int n) {
-  switch (n) {
-    case 1:
-      return {{1, 1}};
-    case 2:
-      return {{1, 2}, {2, 1}};
-    case 4:
-      return {{1, 4}, {2, 2}, {4, 1}};
-    case 8:
-      return {{1, 8}, {2, 4}, {4, 2}, {8, 1}, {2, 2, 2}};
-    default: {
-      std::vector<std::vector<int>> out;
-      for (int a = 1; a <= n; ++a)
-        if (n % a == 0) out.push_back({a, n / a});
-      return out;
-    }
-  }
-}
+std::vector<std::vector<int>> mesh_shapes(int n) { return gshard::test::listed_mesh_shapes(n); }
 
 constexpr int total_random_cases = 1200;
 

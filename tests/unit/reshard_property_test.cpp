@@ -467,22 +467,24 @@ struct MeshUnderTest {
 // Two-axis meshes of every shape for this rank count, 2x2x2 at 8, and a few three- and four-axis
 // meshes with axes of size 1.
 std::vector<std::vector<int>> mesh_shapes(int n) {
+  std::vector<std::vector<int>> out = gshard::test::listed_mesh_shapes(n);
   switch (n) {
     case 1:
-      return {{1, 1}, {1, 1, 1}};
+      out.push_back({1, 1, 1});
+      break;
     case 2:
-      return {{1, 2}, {2, 1}, {1, 2, 1}};
+      out.push_back({1, 2, 1});
+      break;
     case 4:
-      return {{1, 4}, {2, 2}, {4, 1}, {2, 1, 2}, {1, 2, 1, 2}};
+      out.insert(out.end(), {{2, 1, 2}, {1, 2, 1, 2}});
+      break;
     case 8:
-      return {{1, 8}, {2, 4}, {4, 2}, {8, 1}, {2, 2, 2}, {2, 1, 2, 2}};
-    default: {
-      std::vector<std::vector<int>> out;
-      for (int a = 1; a <= n; ++a)
-        if (n % a == 0) out.push_back({a, n / a});
-      return out;
-    }
+      out.push_back({2, 1, 2, 2});
+      break;
+    default:
+      break;
   }
+  return out;
 }
 
 constexpr int total_random_cases = 1000;
