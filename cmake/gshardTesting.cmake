@@ -18,12 +18,14 @@ find_package(doctest REQUIRED)
 
 # Variables every mpirun we start needs: running as root (containers, CI), oversubscribed cores
 # (8 ranks on 2 cores) without busy-polling, and no CMA single-copy, which sandboxes forbid.
+# OpenBLAS: one thread per rank, not one per core in every rank (as scripts/mpi-env.sh).
 set(GSHARD_MPI_ENVIRONMENT
   OMPI_ALLOW_RUN_AS_ROOT=1
   OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   OMPI_MCA_mpi_yield_when_idle=1
   OMPI_MCA_btl_vader_single_copy_mechanism=none
-  OMPI_MCA_rmaps_base_oversubscribe=1)
+  OMPI_MCA_rmaps_base_oversubscribe=1
+  OPENBLAS_NUM_THREADS=1)
 
 execute_process(COMMAND "${MPIEXEC_EXECUTABLE}" --version OUTPUT_VARIABLE _gshard_mpiexec_version
   ERROR_VARIABLE _gshard_mpiexec_version)

@@ -5,7 +5,8 @@
 set -euo pipefail
 
 purpose=${1:-build}
-packages=(g++ make cmake libopenmpi-dev openmpi-bin libeigen3-dev doctest-dev libtrilinos-kokkos-dev)
+packages=(g++ make cmake libopenmpi-dev openmpi-bin libeigen3-dev doctest-dev libtrilinos-kokkos-dev
+  libopenblas-dev)
 case "$purpose" in
   build) ;;
   test) packages+=(clang-format) ;;

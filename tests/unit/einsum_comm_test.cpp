@@ -264,7 +264,7 @@ auto run_einsum(const typename A::mesh_type& mesh, const Grid& grid, std::vector
   const A a = operand<A>(mesh, grid, ga);
   const B b = operand<B>(mesh, grid, gb);
   gshard::comm_counters().reset();
-  auto r = gshard::einsum<E>(a, b);
+  auto r = gshard::einsum<E>(a, b).eval();  // evaluated here, so the counters see it
   expect =
       naive(labels_of(decltype(r)::layout), labels_of(A::layout), ga, labels_of(B::layout), gb);
   return r;

@@ -3,14 +3,29 @@
 // Labels only in one operand and not in the output are summed first; then each operand is viewed
 // as [batch, m, k] / [batch, k, n] (or their transposes), copying only when the labels are not
 // already grouped that way; the product lands in the output directly when its order allows.
+//
+// GEMM back ends: OpenBLAS through CBLAS for float/double on the host when the build found it
+// (GSHARD_HAVE_CBLAS, set by CMake), Eigen otherwise (and for integers, which BLAS lacks);
+// cuBLAS under a CUDA Kokkos (GSHARD_HAVE_CUBLAS), a plain Kokkos kernel on other devices.
 #include <Eigen/Core>
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
+#include "../core/error.hpp"
 #include "copy_box.hpp"
+
+#if defined(GSHARD_HAVE_CBLAS)
+#include <cblas.h>
+#endif
+#if defined(KOKKOS_ENABLE_CUDA) && defined(GSHARD_HAVE_CUBLAS)
+#include <cublas_v2.h>
+#endif
 
 namespace gshard::detail {
 
@@ -52,12 +67,22 @@ void permute_block(const T* in, const LocalBlock& from, T* out, std::string_view
   copy_box(in, out, c);
 }
 
+/// The block `from` leaves after summing out the labels not in `keep` (sum_out's result).
+inline LocalBlock kept_block(const LocalBlock& from, const std::string& keep) {
+  LocalBlock to;
+  for (std::size_t d = 0; d < from.labels.size(); ++d)
+    if (keep.find(from.labels[d]) != std::string::npos) {
+      to.labels += from.labels[d];
+      to.extents.push_back(from.extents[d]);
+    }
+  return to;
+}
+
 /// Sums `in` over the labels not in `keep` (keeping their order).
 template <class T>
 Kokkos::View<T*> sum_out(const T* in, const LocalBlock& from, const std::string& keep,
                          LocalBlock& to) {
-  to.labels.clear();
-  to.extents.clear();
+  to = kept_block(from, keep);
   std::int64_t stride[max_dims];
   row_major_strides(static_cast<int>(from.labels.size()), from.extents.data(), stride);
   struct Plan {
@@ -67,8 +92,6 @@ Kokkos::View<T*> sum_out(const T* in, const LocalBlock& from, const std::string&
   } p;
   for (std::size_t d = 0; d < from.labels.size(); ++d) {
     if (keep.find(from.labels[d]) != std::string::npos) {
-      to.labels += from.labels[d];
-      to.extents.push_back(from.extents[d]);
       p.kept_ext[p.kept] = from.extents[d];
       p.kept_stride[p.kept++] = stride[d];
     } else {
@@ -107,32 +130,113 @@ inline constexpr bool host_gemm =
     Kokkos::SpaceAccessibility<Kokkos::HostSpace,
                                Kokkos::DefaultExecutionSpace::memory_space>::accessible;
 
+template <class T>
+inline constexpr bool blas_type = std::is_same_v<T, float> || std::is_same_v<T, double>;
+
+/// BLAS takes int sizes; k = 0 is left to the other paths (BLAS rejects a leading dimension 0).
+inline bool blas_fits(const GemmShape& s) {
+  constexpr std::int64_t max = std::numeric_limits<int>::max();
+  return s.k > 0 && s.m <= max && s.n <= max && s.k <= max && s.batch <= max;
+}
+
+template <class T>
+void gemm_eigen(const T* a, bool trans_a, const T* b, bool trans_b, T* c, const GemmShape& s) {
+  using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using ConstMap = Eigen::Map<const Matrix>;
+  for (std::int64_t i = 0; i < s.batch; ++i) {
+    Eigen::Map<Matrix> cm(c + i * s.m * s.n, s.m, s.n);
+    if (s.k == 0) {
+      cm.setZero();
+      continue;
+    }
+    const ConstMap am(a + i * s.m * s.k, trans_a ? s.k : s.m, trans_a ? s.m : s.k);
+    const ConstMap bm(b + i * s.k * s.n, trans_b ? s.n : s.k, trans_b ? s.k : s.n);
+    if (!trans_a && !trans_b)
+      cm.noalias() = am * bm;
+    else if (trans_a && !trans_b)
+      cm.noalias() = am.transpose() * bm;
+    else if (!trans_a && trans_b)
+      cm.noalias() = am * bm.transpose();
+    else
+      cm.noalias() = am.transpose() * bm.transpose();
+  }
+}
+
+#if defined(GSHARD_HAVE_CBLAS)
+/// Row-major CBLAS, one call per batch (OpenBLAS 0.3.21 has no batched GEMM).
+template <class T>
+void gemm_cblas(const T* a, bool trans_a, const T* b, bool trans_b, T* c, const GemmShape& s) {
+  const int m = static_cast<int>(s.m), n = static_cast<int>(s.n), k = static_cast<int>(s.k);
+  const auto op_a = trans_a ? CblasTrans : CblasNoTrans;
+  const auto op_b = trans_b ? CblasTrans : CblasNoTrans;
+  const int lda = trans_a ? m : k, ldb = trans_b ? k : n;
+  for (std::int64_t i = 0; i < s.batch; ++i) {
+    const T* ai = a + i * s.m * s.k;
+    const T* bi = b + i * s.k * s.n;
+    T* ci = c + i * s.m * s.n;
+    if constexpr (std::is_same_v<T, float>)
+      cblas_sgemm(CblasRowMajor, op_a, op_b, m, n, k, 1.0f, ai, lda, bi, ldb, 0.0f, ci, n);
+    else
+      cblas_dgemm(CblasRowMajor, op_a, op_b, m, n, k, 1.0, ai, lda, bi, ldb, 0.0, ci, n);
+  }
+}
+#endif
+
+#if defined(KOKKOS_ENABLE_CUDA) && defined(GSHARD_HAVE_CUBLAS)
+/// One handle per process, never destroyed: destroying it at exit would run after
+/// Kokkos::finalize has torn CUDA down.
+inline cublasHandle_t cublas_handle() {
+  static const cublasHandle_t handle = [] {
+    cublasHandle_t h = nullptr;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) throw Error("einsum", "cublasCreate failed");
+    return h;
+  }();
+  return handle;
+}
+
+/// cuBLAS is column-major, where a row-major [m][n] C reads as C^T = op(B)^T op(A)^T: pass B
+/// first; a row-major operand read column-major is already transposed, so the flags carry over.
+template <class T>
+void gemm_cublas(const T* a, bool trans_a, const T* b, bool trans_b, T* c, const GemmShape& s) {
+  const cublasHandle_t h = cublas_handle();
+  cublasSetStream(h, Kokkos::Cuda().cuda_stream());  // ordered with the Kokkos kernels around it
+  const int m = static_cast<int>(s.m), n = static_cast<int>(s.n), k = static_cast<int>(s.k);
+  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const T one = 1, zero = 0;
+  cublasStatus_t st;
+  if constexpr (std::is_same_v<T, float>)
+    st = cublasSgemmStridedBatched(h, op_b, op_a, n, m, k, &one, b, trans_b ? k : n, s.k * s.n, a,
+                                   trans_a ? m : k, s.m * s.k, &zero, c, n, s.m * s.n,
+                                   static_cast<int>(s.batch));
+  else
+    st = cublasDgemmStridedBatched(h, op_b, op_a, n, m, k, &one, b, trans_b ? k : n, s.k * s.n, a,
+                                   trans_a ? m : k, s.m * s.k, &zero, c, n, s.m * s.n,
+                                   static_cast<int>(s.batch));
+  if (st != CUBLAS_STATUS_SUCCESS)
+    throw Error("einsum", "cuBLAS GEMM failed with status " + std::to_string(static_cast<int>(st)));
+}
+#endif
+
 /// C[b] = op(A[b]) * op(B[b]) for every batch b; op transposes when the flag says the operand is
 /// stored [k][m] (A) or [n][k] (B). Row-major throughout.
 template <class T>
 void gemm_batched(const T* a, bool trans_a, const T* b, bool trans_b, T* c, const GemmShape& s) {
   if (s.batch == 0 || s.m == 0 || s.n == 0) return;
   if constexpr (host_gemm) {
-    using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-    using ConstMap = Eigen::Map<const Matrix>;
-    for (std::int64_t i = 0; i < s.batch; ++i) {
-      Eigen::Map<Matrix> cm(c + i * s.m * s.n, s.m, s.n);
-      if (s.k == 0) {
-        cm.setZero();
-        continue;
-      }
-      const ConstMap am(a + i * s.m * s.k, trans_a ? s.k : s.m, trans_a ? s.m : s.k);
-      const ConstMap bm(b + i * s.k * s.n, trans_b ? s.n : s.k, trans_b ? s.k : s.n);
-      if (!trans_a && !trans_b)
-        cm.noalias() = am * bm;
-      else if (trans_a && !trans_b)
-        cm.noalias() = am.transpose() * bm;
-      else if (!trans_a && trans_b)
-        cm.noalias() = am * bm.transpose();
-      else
-        cm.noalias() = am.transpose() * bm.transpose();
+#if defined(GSHARD_HAVE_CBLAS)
+    if constexpr (blas_type<T>) {
+      if (blas_fits(s)) return gemm_cblas(a, trans_a, b, trans_b, c, s);
     }
+#endif
+    gemm_eigen(a, trans_a, b, trans_b, c, s);
   } else {
+#if defined(KOKKOS_ENABLE_CUDA) && defined(GSHARD_HAVE_CUBLAS)
+    if constexpr (blas_type<T> &&
+                  std::is_same_v<Kokkos::DefaultExecutionSpace::memory_space, Kokkos::CudaSpace>) {
+      if (blas_fits(s)) return gemm_cublas(a, trans_a, b, trans_b, c, s);
+    }
+#endif
     // Portable fallback for device memory spaces: one thread per output element.
     const GemmShape sh = s;
     Kokkos::parallel_for(
@@ -160,45 +264,69 @@ inline std::string only_in(const std::string& from, const std::string& in_a,
   return s;
 }
 
-/// out = einsum of the local blocks (b may be null for a unary einsum). Returns the GEMM shape.
+/// How contract() runs, computed from the labels and extents alone: the blocks left after summing
+/// out labels only one operand has, the label groups and the batched GEMM's shape.
+struct ContractPlan {
+  LocalBlock a, b;             // after the sums; b empty for a unary einsum
+  std::string batch, m, n, k;  // batch in output order; m, n, k in their operand's order
+  GemmShape shape;
+};
+
+inline ContractPlan contract_plan(const LocalBlock& la, const LocalBlock* lb,
+                                  const LocalBlock& lo) {
+  ContractPlan p;
+  if (lb == nullptr) {
+    p.a = kept_block(la, lo.labels);
+    const std::int64_t kept = p.a.size();
+    p.shape = {1, lo.size(), 1, kept == 0 ? 0 : la.size() / std::max<std::int64_t>(1, kept)};
+    return p;
+  }
+  p.a = kept_block(la, lb->labels + lo.labels);
+  p.b = kept_block(*lb, la.labels + lo.labels);
+  for (char c : lo.labels)
+    if (p.a.labels.find(c) != std::string::npos && p.b.labels.find(c) != std::string::npos)
+      p.batch += c;
+  p.m = only_in(p.a.labels, lo.labels, p.b.labels);
+  p.n = only_in(p.b.labels, lo.labels, p.a.labels);
+  p.k = only_in(p.a.labels, p.b.labels, lo.labels);
+  for (char c : p.batch) p.shape.batch *= p.a.extent(c);
+  for (char c : p.m) p.shape.m *= p.a.extent(c);
+  for (char c : p.n) p.shape.n *= p.b.extent(c);
+  for (char c : p.k) p.shape.k *= p.a.extent(c);
+  return p;
+}
+
+/// The batched GEMM shape contract() runs for these blocks (lb null for a unary einsum), without
+/// running anything. For a unary einsum: m = output elements, k = elements summed into each.
+inline GemmShape contract_shape(const LocalBlock& la, const LocalBlock* lb, const LocalBlock& lo) {
+  return contract_plan(la, lb, lo).shape;
+}
+
+/// out = einsum of the local blocks (b may be null for a unary einsum). Returns the GEMM shape,
+/// contract_shape()'s.
 template <class T>
 GemmShape contract(const T* a, const LocalBlock& la, const T* b, const LocalBlock& lb, T* out,
                    const LocalBlock& lo) {
+  const ContractPlan p = contract_plan(la, b == nullptr ? nullptr : &lb, lo);
   // Labels only one operand has and the output drops: sum them out first.
-  auto reduce = [&](const T* data, const LocalBlock& l, const std::string& keep, LocalBlock& kept,
-                    Kokkos::View<T*>& storage) -> const T* {
-    bool all = true;
-    for (char c : l.labels)
-      if (keep.find(c) == std::string::npos) all = false;
-    if (all) {
-      kept = l;
-      return data;
-    }
-    storage = sum_out(data, l, keep, kept);
+  auto reduce = [](const T* data, const LocalBlock& l, const LocalBlock& kept,
+                   Kokkos::View<T*>& storage) -> const T* {
+    if (kept.labels.size() == l.labels.size()) return data;
+    LocalBlock summed;
+    storage = sum_out(data, l, kept.labels, summed);
     return storage.data();
   };
   Kokkos::View<T*> a_sum, b_sum, a_perm, b_perm, c_tmp;
-  LocalBlock a2, b2;
+  const LocalBlock& a2 = p.a;
+  const LocalBlock& b2 = p.b;
+  const T* a_red = reduce(a, la, a2, a_sum);
   if (b == nullptr) {
-    const T* a_red = reduce(a, la, lo.labels, a2, a_sum);
     permute_block(a_red, a2, out, lo.labels);
-    return {1, lo.size(), 1, a2.size() == 0 ? 0 : la.size() / std::max<std::int64_t>(1, a2.size())};
+    return p.shape;
   }
-  const T* a_red = reduce(a, la, lb.labels + lo.labels, a2, a_sum);
-  const T* b_red = reduce(b, lb, la.labels + lo.labels, b2, b_sum);
-
-  std::string batch;  // in both operands and the output, in output order
-  for (char c : lo.labels)
-    if (a2.labels.find(c) != std::string::npos && b2.labels.find(c) != std::string::npos)
-      batch += c;
-  const std::string m = only_in(a2.labels, lo.labels, b2.labels);
-  const std::string n = only_in(b2.labels, lo.labels, a2.labels);
-  const std::string k = only_in(a2.labels, b2.labels, lo.labels);
-  GemmShape s;
-  for (char c : batch) s.batch *= a2.extent(c);
-  for (char c : m) s.m *= a2.extent(c);
-  for (char c : n) s.n *= b2.extent(c);
-  for (char c : k) s.k *= a2.extent(c);
+  const T* b_red = reduce(b, lb, b2, b_sum);
+  const std::string &batch = p.batch, &m = p.m, &n = p.n, &k = p.k;
+  const GemmShape& s = p.shape;
 
   bool trans_a = false;
   const T* a_op = a_red;

@@ -10,6 +10,7 @@
 #include "../core/diagnostics.hpp"
 #include "../core/error.hpp"
 #include "../core/layout.hpp"
+#include "../core/operators.hpp"
 #include "../mesh/mesh.hpp"
 #include "geometry.hpp"
 #include "local_index.hpp"
@@ -58,6 +59,9 @@ class Sharded;
 template <class Target, class T, class MeshT, fixed_string Spec>
 Target reshard(const Sharded<T, MeshT, Spec>& source);
 
+template <class Target, class E>
+Target evaluate_as(const E& e);  // expr/node.hpp
+
 /// A global tensor of element type T over a Mesh, laid out as Spec says (core/layout.hpp).
 ///
 /// Handle semantics, like Kokkos::View: copies are cheap and share the local shard; use
@@ -76,6 +80,8 @@ class Sharded {
   static constexpr auto spec = Spec;
   static constexpr Layout layout = parse_layout(Spec.view(), MeshT::axis_names).layout;
   static constexpr int rank = layout.rank;
+  static constexpr bool is_gshard_expression = true;
+  static constexpr bool is_lazy = false;
 
   /// A zero-filled tensor of the given global shape (labels in spec order).
   Sharded(const MeshT& mesh, Shape global_shape) : mesh_(mesh), shape_(std::move(global_shape)) {
@@ -101,6 +107,14 @@ class Sharded {
   requires(!(OtherSpec == Spec))
       Sharded(const Sharded<T, MeshT, OtherSpec>& other)  // NOLINT: implicit on purpose
       : Sharded(reshard<Sharded>(other)) {}
+
+  /// Evaluating a lazy expression (einsum, elementwise ops) into this layout: an annotation, so
+  /// the value is resharded when the expression's own layout differs.
+  template <Expression E>
+  requires(E::is_lazy) Sharded(const E& e)  // NOLINT: implicit on purpose
+      : Sharded(evaluate_as<Sharded>(e)) {}
+
+  GSHARD_EXPRESSION_OPERATORS(Sharded)
 
   [[nodiscard]] const MeshT& mesh() const noexcept { return mesh_; }
   [[nodiscard]] const Shape& shape() const noexcept { return shape_; }

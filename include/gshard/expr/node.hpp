@@ -1,0 +1,187 @@
+#pragma once
+// What every lazy expression shares: the run-time form of a value, the cache that makes an
+// expression evaluate at most once, bringing an operand to the layout an op needs (the implicit
+// collectives), and strict mode, which turns each implicit collective into a compile error.
+#include <memory>
+#include <optional>
+#include <source_location>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "../core/einsum.hpp"
+#include "../core/operators.hpp"
+#include "../spmd/reshard.hpp"
+#include "../tensor/sharded.hpp"
+
+namespace gshard {
+
+/// Strict mode: define GSHARD_STRICT (in every translation unit of a program, e.g. with
+/// target_compile_definitions) to make every implicit collective a compile error.
+#if defined(GSHARD_STRICT)
+inline constexpr bool strict_mode = true;
+#else
+inline constexpr bool strict_mode = false;
+#endif
+
+namespace strict_error {
+template <class>
+inline constexpr bool always_false = false;
+/// Op, which operand (0-based), its layout, and the layout the op needs it in.
+template <fixed_string Op, int Operand, fixed_string OperandLayout, fixed_string NeededLayout>
+struct implicit_collective {
+  static_assert(
+      always_false<implicit_collective>,
+      "gshard strict mode (GSHARD_STRICT): this operand needs communication to reach "
+      "the layout the op needs; write gshard::reshard<gshard::Sharded<T, Mesh, "
+      "NeededLayout>>(operand) yourself (op, operand, both layouts: the arguments above)");
+};
+}  // namespace strict_error
+
+namespace detail {
+
+template <class MeshT, Layout L>
+constexpr auto spec_of() {
+  constexpr std::size_t n = layout_spec_length(L, MeshT::axis_names);
+  return layout_spec<n>(L, MeshT::axis_names);
+}
+
+/// A tensor as the run-time engine sees it: layout, global shape (layout order), local shard.
+template <class T>
+struct RuntimeTensor {
+  Layout layout{};
+  Shape shape;
+  Kokkos::View<T*> data;
+  ReduceOp partial_op = ReduceOp::sum;
+};
+
+template <class S>
+RuntimeTensor<typename S::value_type> runtime_tensor(const S& t) {
+  return {S::layout, t.shape(), t.local_view(), t.partial_op()};
+}
+
+template <class E>
+inline constexpr bool is_sharded_v = false;
+template <class T, class MeshT, fixed_string Spec>
+inline constexpr bool is_sharded_v<Sharded<T, MeshT, Spec>> = true;
+
+/// The cache every lazy node holds (shared by copies of the expression): its value once
+/// evaluated, and that value in other layouts once an op needed them, so neither the
+/// computation nor an implicit collective runs twice.
+template <class T>
+struct NodeState {
+  std::source_location where;
+  std::optional<RuntimeTensor<T>> value;
+  std::vector<RuntimeTensor<T>> other_layouts;
+};
+
+/// The same pending partial axes (as sets).
+constexpr bool same_partial(const Layout& a, const Layout& b) {
+  if (a.partial_count != b.partial_count) return false;
+  for (int i = 0; i < a.partial_count; ++i)
+    if (!b.is_partial(a.partial[i])) return false;
+  return true;
+}
+
+/// Going from `from` to `to` moves no data between ranks: every dimension keeps its split or
+/// was replicated (a local slice), and no pending partial sum is finished.
+constexpr bool no_communication(const Layout& from, const Layout& to) {
+  for (int i = 0; i < from.partial_count; ++i)
+    if (!to.is_partial(from.partial[i])) return false;
+  for (int d = 0; d < from.rank; ++d) {
+    const int t = to.find(from.dims[d].label);
+    if (t < 0) return false;
+    if (from.dims[d].split() && !(from.dims[d] == to.dims[t])) return false;
+  }
+  return true;
+}
+
+constexpr std::string_view source_file_name(std::string_view path) {
+  std::size_t slash = path.size();
+  while (slash > 0 && path[slash - 1] != '/') --slash;
+  return path.substr(slash);
+}
+
+inline std::string where_string(const std::source_location& w) {
+  if (w.line() == 0) return "?";
+  return std::string(source_file_name(w.file_name())) + ":" + std::to_string(w.line());
+}
+
+/// The value of an expression (a Sharded is its own value; a lazy node evaluates once).
+template <class E>
+RuntimeTensor<typename E::value_type> materialise(const E& e) {
+  if constexpr (is_sharded_v<E>)
+    return runtime_tensor(e);
+  else
+    return e.runtime();
+}
+
+/// The value of `e` in layout `need` (same labels, any order): resharded when it differs, which
+/// is where implicit collectives happen. Cached on lazy nodes.
+template <class E>
+RuntimeTensor<typename E::value_type> materialise_as(const E& e, const Layout& need,
+                                                     const std::string& op) {
+  using T = typename E::value_type;
+  using MeshT = typename E::mesh_type;
+  RuntimeTensor<T> t = materialise(e);
+  if (t.layout == need) return t;
+  if (t.partial_op != ReduceOp::sum && need.partial_count > 0)
+    throw Error(op, "an operand holds pending max/min partials; finish them with reshard first");
+  if constexpr (!is_sharded_v<E>) {
+    for (const auto& v : e.node_state().other_layouts)
+      if (v.layout == need) return v;
+  }
+  const MeshT& mesh = e.mesh();
+  const ReshardPlan plan =
+      plan_reshard(t.layout, need, t.shape, mesh.sizes(), mesh.coordinates(),
+                   axis_name_list<MeshT>(), static_cast<std::int64_t>(sizeof(T)));
+  RuntimeTensor<T> out{need, shape_in(need, t.layout, t.shape), {}, t.partial_op};
+  out.data = ReshardExecutor<T>(plan, mesh.state(), t.partial_op).run(t.data);
+  if constexpr (!is_sharded_v<E>) e.node_state().other_layouts.push_back(out);
+  return out;
+}
+
+/// The reshard plan of an operand that an op needs in layout `need` (for explain).
+template <class E>
+ReshardPlan plan_operand(const E& e, const Layout& need) {
+  using MeshT = typename E::mesh_type;
+  const Layout from = E::layout;
+  return plan_reshard(from, need, e.shape(), e.mesh().sizes(), e.mesh().coordinates(),
+                      axis_name_list<MeshT>(),
+                      static_cast<std::int64_t>(sizeof(typename E::value_type)));
+}
+
+/// Strict mode: fails to compile when operand `Which` of `Op` must communicate to go from
+/// `From` to `To`.
+template <class MeshT, fixed_string Op, int Which, Layout From, Layout To>
+constexpr bool strict_check() {
+  if constexpr (strict_mode && !no_communication(From, To)) {
+    return sizeof(strict_error::implicit_collective<Op, Which, spec_of<MeshT, From>(),
+                                                    spec_of<MeshT, To>()>) == 0;
+  } else {
+    return true;
+  }
+}
+
+}  // namespace detail
+
+/// Evaluates an expression and gives it the layout of Target (the same labels; resharded when
+/// the layouts differ). What assigning an expression to a Sharded does.
+template <class Target, class E>
+Target evaluate_as(const E& e) {
+  if constexpr (detail::is_sharded_v<E>) {
+    return Target(e);
+  } else {
+    using R = typename E::result_type;
+    if constexpr (std::is_same_v<R, Target>)
+      return e.eval();
+    else
+      return Target(e.eval());
+  }
+}
+
+/// reshard<Target>(expr): evaluates a lazy expression into Target's layout. Collective.
+template <class Target, Expression E>
+requires(E::is_lazy) Target reshard(const E& e) { return evaluate_as<Target>(e); }
+
+}  // namespace gshard

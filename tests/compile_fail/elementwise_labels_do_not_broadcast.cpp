@@ -1,0 +1,11 @@
+// expect-error: operand_labels_do_not_broadcast<gshard::fixed_string<4>{"add"}, gshard::fixed_string<4>{"G T"}, gshard::fixed_string<11>{"G:data S M"}>
+// Broadcasting is by label: "G T" is not a subset of "G S M", nor the other way round.
+#include <gshard/gshard.hpp>
+
+using M = gshard::Mesh<"data">;
+using X = gshard::Sharded<float, M, "G:data S M">;
+using Y = gshard::Sharded<float, M, "G T">;
+
+auto bad(const X& x, const Y& y) { return x + y; }
+
+int main() { return 0; }
