@@ -127,4 +127,35 @@ void permute(const T* send, T* recv, std::int64_t n, int dest, int source, MPI_C
   comm_counters().add(axes, Collective::permute, dest == me ? 0 : n * std::int64_t{sizeof(T)});
 }
 
+/// Sends n_send elements to `dest` and receives n_recv from `source`; either may be
+/// MPI_PROC_NULL (a halo exchange at the edge of the mesh). Counted as a CollectivePermute with
+/// the bytes actually sent to another rank.
+template <class T>
+void send_recv(const T* send, std::int64_t n_send, int dest, T* recv, std::int64_t n_recv,
+               int source, MPI_Comm comm, const std::string& axes) {
+  int me = 0;
+  MPI_Comm_rank(comm, &me);
+  check_mpi(MPI_Sendrecv(send, mpi_count(n_send, "CollectivePermute"), mpi_type<T>(), dest, 1, recv,
+                         mpi_count(n_recv, "CollectivePermute"), mpi_type<T>(), source, 1, comm,
+                         MPI_STATUS_IGNORE),
+            "CollectivePermute");
+  const bool sends = dest != MPI_PROC_NULL && dest != me;
+  comm_counters().add(axes, Collective::permute, sends ? n_send * std::int64_t{sizeof(T)} : 0);
+}
+
+/// Exclusive prefix reduction over the group, element-wise over n values: group rank r gets the
+/// combination of ranks 0..r-1 (rank 0: the identity `first`, which MPI leaves undefined).
+template <class T>
+void exscan(const T* send, T* recv, std::int64_t n, ReduceOp op, T first, MPI_Comm comm,
+            const std::string& axes) {
+  int me = 0;
+  MPI_Comm_rank(comm, &me);
+  check_mpi(MPI_Exscan(send, recv, mpi_count(n, "ExScan"), mpi_type<T>(), mpi_op(op), comm),
+            "ExScan");
+  if (me == 0)
+    for (std::int64_t i = 0; i < n; ++i) recv[i] = first;
+  const int k = group_size(comm);
+  comm_counters().add(axes, Collective::exscan, me + 1 < k ? n * std::int64_t{sizeof(T)} : 0);
+}
+
 }  // namespace gshard::detail

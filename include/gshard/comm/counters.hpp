@@ -4,7 +4,7 @@
 // payload of S bytes per rank over k ranks (docs/design.md):
 //   AllGather (k-1)*S   AllToAll (k-1)/k*S   AllReduce 2(k-1)/k*S   ReduceScatter (k-1)/k*S
 //   CollectivePermute S (0 when a rank keeps its own block)   AllToAllv: the bytes it sends to
-//   others
+//   others   ExScan S (a prefix over the group; every rank but the last passes S on)
 #include <cstdint>
 #include <map>
 #include <string>
@@ -12,7 +12,15 @@
 
 namespace gshard {
 
-enum class Collective { all_gather, all_to_all, all_to_all_v, all_reduce, reduce_scatter, permute };
+enum class Collective {
+  all_gather,
+  all_to_all,
+  all_to_all_v,
+  all_reduce,
+  reduce_scatter,
+  permute,
+  exscan
+};
 
 inline const char* collective_name(Collective c) {
   switch (c) {
@@ -28,6 +36,8 @@ inline const char* collective_name(Collective c) {
       return "ReduceScatter";
     case Collective::permute:
       return "CollectivePermute";
+    case Collective::exscan:
+      return "ExScan";
   }
   return "?";
 }
