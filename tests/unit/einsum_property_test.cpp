@@ -22,12 +22,17 @@
 
 #include "block_reference.hpp"
 #include "mpi_test.hpp"
+#include "op_checks.hpp"
 #include "random_tensors.hpp"
 
 namespace {
 
 using gshard::Layout;
 using gshard::Shape;
+using gshard::test::axes_of;
+using gshard::test::list_text;
+using gshard::test::MeshUnderTest;
+using gshard::test::sizes_text;
 using gshard::test::world_rank;
 using gshard::test::world_size;
 using Int = std::int64_t;
@@ -50,11 +55,6 @@ using gshard::test::random_global;
 using gshard::test::random_layout;
 using gshard::test::shard_of;
 using gshard::test::value_bits;
-
-template <class T>
-MPI_Datatype mpi_type_of() {
-  return sizeof(T) == sizeof(double) ? MPI_DOUBLE : MPI_FLOAT;
-}
 
 // --- the naive reference ------------------------------------------------------------------------
 
@@ -117,25 +117,6 @@ Reference naive(const std::string& out, const std::string& a_labels, const Shape
 
 // --- describing a case (our own printer) --------------------------------------------------------
 
-std::string list_text(const Shape& v) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    if (i > 0) s += ',';
-    s += std::to_string(v[i]);
-  }
-  s += ']';
-  return s;
-}
-
-std::string sizes_text(const std::vector<int>& sizes) {
-  std::string s;
-  for (std::size_t i = 0; i < sizes.size(); ++i) {
-    if (i > 0) s += 'x';
-    s += std::to_string(sizes[i]);
-  }
-  return s;
-}
-
 // --- random cases -------------------------------------------------------------------------------
 
 struct Operand {
@@ -154,15 +135,6 @@ struct Case {
   Operand a, b;
   std::uint64_t salt = 0;
 };
-
-std::vector<int> axes_of(const Layout& l, char label) {
-  const int d = find_label(l, label);
-  std::vector<int> out;
-  if (d >= 0)
-    for (int i = 0; i < l.dims[d].axis_count; ++i)
-      out.push_back(l.dims[d].axes[static_cast<std::size_t>(i)]);
-  return out;
-}
 
 Case random_case(Dice& dice, const std::vector<int>& sizes, const std::vector<std::string>& names,
                  std::uint64_t salt) {
@@ -316,26 +288,17 @@ std::string check_layout(const Layout& got, const Layout& rules_out, const Case&
 // The result's local block: padding zero on every copy, then (summed over the partial axes)
 // each element within the tolerance of the naive value.
 template <class T>
-std::string check_values(std::vector<T> got, const Layout& l, const Shape& shape,
+std::string check_values(const std::vector<T>& got, const Layout& l, const Shape& shape,
                          const Reference& ref, const Grid& grid,
                          const gshard::detail::MeshState& mesh, double tolerance) {
   std::vector<Int> global_of;
-  const Int total = for_block(l, shape, grid, [&](Int, Int g) { global_of.push_back(g); });
-  if (static_cast<Int>(got.size()) != total)
-    return "local size " + std::to_string(got.size()) + ", expected " + std::to_string(total);
-  std::string wrong;
-  for (std::size_t i = 0; i < got.size() && wrong.empty(); ++i)
-    if (global_of[i] < 0 && got[i] != T{})
-      wrong = "padding element " + std::to_string(i) + " holds " + std::to_string(got[i]);
-  unsigned mask = 0;
-  for (int i = 0; i < l.partial_count; ++i) mask |= 1u << l.partial[static_cast<std::size_t>(i)];
-  if (mask != 0)  // every copy takes part, whatever it found above
-    MPI_Allreduce(MPI_IN_PLACE, got.data(), static_cast<int>(got.size()), mpi_type_of<T>(), MPI_SUM,
-                  mesh.groups[mask]);
-  for (std::size_t i = 0; i < got.size() && wrong.empty(); ++i) {
+  std::vector<T> sum;
+  std::string wrong = gshard::test::sum_partial_copies(got, l, shape, grid, mesh, global_of, sum);
+  const bool mask = l.partial_count > 0;
+  for (std::size_t i = 0; i < sum.size() && wrong.empty(); ++i) {
     if (global_of[i] < 0) continue;
     const auto g = static_cast<std::size_t>(global_of[i]);
-    const double v = static_cast<double>(got[i]);
+    const double v = static_cast<double>(sum[i]);
     if (!(std::abs(v - ref.value[g]) <= tolerance * ref.mag[g])) {
       std::ostringstream s;
       s.precision(17);
@@ -390,10 +353,8 @@ std::string run_case(const Case& c, const gshard::detail::MeshState& mesh, const
   } catch (const std::exception& e) {
     threw = e.what();
   }
-  int any_threw = threw.empty() ? 0 : 1;
-  MPI_Allreduce(MPI_IN_PLACE, &any_threw, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (!threw.empty()) return "threw: " + threw;
-  if (any_threw != 0) return "another rank threw";
+  if (const std::string thrown = gshard::test::threw_anywhere(threw); !thrown.empty())
+    return thrown;
   const gshard::CommCount counted = gshard::comm_counters().total();
   const std::string result_text = " (result \"" + layout_text(r.layout, c.names) + "\")";
   std::string wrong = check_layout(r.layout, rules.output, c);
@@ -427,37 +388,14 @@ std::string run_case(const Case& c, const gshard::detail::MeshState& mesh, const
   return wrong.empty() ? "" : wrong + result_text;
 }
 
-struct MeshUnderTest {
-  std::vector<int> sizes;
-  std::vector<std::string> names;
-  const gshard::detail::MeshState* state;
-};
-
-std::vector<std::vector<int>> mesh_shapes(int n) { return gshard::test::listed_mesh_shapes(n); }
-
 constexpr int total_random_cases = 1200;
 
 }  // namespace
 
 TEST_CASE("einsum (run-time engine): random einsums, layouts, shapes and meshes vs a naive loop") {
-  using M2 = gshard::Mesh<"x", "y">;
-  using M3 = gshard::Mesh<"x", "y", "z">;
   const int n = world_size();
-  const auto shapes = mesh_shapes(n);
-  std::vector<M2> meshes2;
-  std::vector<M3> meshes3;
-  meshes2.reserve(shapes.size());
-  meshes3.reserve(shapes.size());
-  std::vector<MeshUnderTest> meshes;
-  for (const auto& s : shapes) {
-    if (s.size() == 2) {
-      meshes2.emplace_back(MPI_COMM_WORLD, std::initializer_list<int>{s[0], s[1]});
-      meshes.push_back({s, {"x", "y"}, &meshes2.back().state()});
-    } else {
-      meshes3.emplace_back(MPI_COMM_WORLD, std::initializer_list<int>{s[0], s[1], s[2]});
-      meshes.push_back({s, {"x", "y", "z"}, &meshes3.back().state()});
-    }
-  }
+  const gshard::test::TestMeshes test_meshes(n);
+  const std::vector<MeshUnderTest>& meshes = test_meshes.all;
   const int per_mesh =
       (total_random_cases + static_cast<int>(meshes.size()) - 1) / static_cast<int>(meshes.size());
   Dice dice(20240917);  // the same on every rank: every rank draws the same cases

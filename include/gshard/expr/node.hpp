@@ -96,6 +96,29 @@ constexpr bool no_communication(const Layout& from, const Layout& to) {
   return true;
 }
 
+/// The layout without pending partials (zeroed, so it compares equal to a parsed one).
+constexpr Layout finished_layout(Layout l) {
+  l.partial_count = 0;
+  l.partial = {};
+  return l;
+}
+
+/// "B:x S:y*z +w" with run-time axis names (for error messages).
+inline std::string layout_text(const Layout& l, const std::vector<std::string>& names) {
+  std::string s;
+  for (int d = 0; d < l.rank; ++d) {
+    if (d > 0) s += ' ';
+    s += l.dims[d].label;
+    for (int i = 0; i < l.dims[d].axis_count; ++i)
+      s.append(i == 0 ? ":" : "*")
+          .append(names[static_cast<std::size_t>(l.dims[d].axes[static_cast<std::size_t>(i)])]);
+  }
+  for (int i = 0; i < l.partial_count; ++i)
+    s.append(s.empty() ? "+" : " +")
+        .append(names[static_cast<std::size_t>(l.partial[static_cast<std::size_t>(i)])]);
+  return s;
+}
+
 constexpr std::string_view source_file_name(std::string_view path) {
   std::size_t slash = path.size();
   while (slash > 0 && path[slash - 1] != '/') --slash;
@@ -138,6 +161,20 @@ RuntimeTensor<typename E::value_type> materialise_as(const E& e, const Layout& n
   RuntimeTensor<T> out{need, shape_in(need, t.layout, t.shape), {}, t.partial_op};
   out.data = ReshardExecutor<T>(plan, mesh.state(), t.partial_op).run(t.data);
   if constexpr (!is_sharded_v<E>) e.node_state().other_layouts.push_back(out);
+  return out;
+}
+
+/// `x` without pending partials: finished with the reshard engine (AllReduce over them), the
+/// implicit collective before a non-linear op.
+template <class T>
+RuntimeTensor<T> finish_pending(const RuntimeTensor<T>& x, const MeshState& mesh,
+                                const std::vector<std::string>& axis_names) {
+  if (x.layout.partial_count == 0) return x;
+  const Layout need = finished_layout(x.layout);
+  const ReshardPlan plan = plan_reshard(x.layout, need, x.shape, mesh.sizes, mesh.coords,
+                                        axis_names, std::int64_t{sizeof(T)});
+  RuntimeTensor<T> out{need, x.shape, {}, ReduceOp::sum};
+  out.data = ReshardExecutor<T>(plan, mesh, x.partial_op).run(x.data);
   return out;
 }
 

@@ -219,13 +219,13 @@ inline std::int64_t redistribute_send_elements(const Layout& from, const Layout&
   return total;
 }
 
-inline unsigned axes_of(const DimLayout& d) {
+constexpr unsigned axes_of(const DimLayout& d) {
   unsigned m = 0;
   for (int i = 0; i < d.axis_count; ++i) m |= 1u << d.axes[i];
   return m;
 }
 
-inline unsigned partial_mask(const Layout& l) {
+constexpr unsigned partial_mask(const Layout& l) {
   unsigned m = 0;
   for (int i = 0; i < l.partial_count; ++i) m |= 1u << l.partial[i];
   return m;

@@ -63,19 +63,8 @@ S random_uniform(const typename S::mesh_type& mesh, Shape shape, std::uint64_t s
     throw Error("random_uniform",
                 "the range [" + std::to_string(low) + ", " + std::to_string(high) + ") is empty");
   return detail::fill_by_global_index<S>(
-      mesh, std::move(shape), "gshard::random_uniform", KOKKOS_LAMBDA(std::int64_t g) {
-        if constexpr (std::is_floating_point_v<T>) {
-          const double u = detail::random_unit(seed, static_cast<std::uint64_t>(g), 0);
-          const T v = static_cast<T>(static_cast<double>(low) +
-                                     u * (static_cast<double>(high) - static_cast<double>(low)));
-          return v < high ? v : low;  // rounding to T may reach high
-        } else {
-          const auto span = static_cast<std::uint64_t>(high - low);
-          return static_cast<T>(
-              low +
-              static_cast<T>(detail::random_bits(seed, static_cast<std::uint64_t>(g), 0) % span));
-        }
-      });
+      mesh, std::move(shape), "gshard::random_uniform",
+      KOKKOS_LAMBDA(std::int64_t g) { return detail::uniform_value<T>(seed, g, low, high); });
 }
 
 /// Normal with the given mean and standard deviation, a pure function of (seed, global index).

@@ -3,6 +3,7 @@
 // same global tensor comes out on every mesh and layout.
 #include <Kokkos_Core.hpp>
 #include <cstdint>
+#include <type_traits>
 
 #include "../kernels/math.hpp"
 
@@ -25,6 +26,21 @@ KOKKOS_INLINE_FUNCTION std::uint64_t random_bits(std::uint64_t seed, std::uint64
 KOKKOS_INLINE_FUNCTION double random_unit(std::uint64_t seed, std::uint64_t index,
                                           std::uint64_t stream) {
   return static_cast<double>(random_bits(seed, index, stream) >> 11) * 0x1.0p-53;
+}
+
+/// The value random_uniform gives element g: uniform in [low, high).
+template <class T>
+KOKKOS_INLINE_FUNCTION T uniform_value(std::uint64_t seed, std::int64_t g, T low, T high) {
+  if constexpr (std::is_floating_point_v<T>) {
+    const double u = random_unit(seed, static_cast<std::uint64_t>(g), 0);
+    const T v = static_cast<T>(static_cast<double>(low) +
+                               u * (static_cast<double>(high) - static_cast<double>(low)));
+    return v < high ? v : low;  // rounding to T may reach high
+  } else {
+    const auto span = static_cast<std::uint64_t>(high - low);
+    return static_cast<T>(
+        low + static_cast<T>(random_bits(seed, static_cast<std::uint64_t>(g), 0) % span));
+  }
 }
 
 /// Standard normal by Box-Muller, computed in double.

@@ -1,0 +1,544 @@
+#pragma once
+// Index ops: take<"V">(table, indices) (gather along a label; the embedding lookup when the table
+// is split over its vocabulary label, as Megatron does it) and scatter_add<"V">(values, indices,
+// n), its transpose. The local kernels and the partition rules live side by side here.
+//
+// Rules (constexpr, the same functions at compile time and in the run-time engine):
+//   take<"V">(table "V M...", indices "B S...") -> "B S... M..." (the indices' labels, then the
+//   table's other labels). The index labels keep the indices' splits; a table label keeps its
+//   axes when the indices do not use them (else it is replicated: the table is gathered). When
+//   the indices use none of V's axes, V stays split: every rank looks up only the indices that
+//   fall in its vocabulary shard (zeros elsewhere) and the result is a pending partial sum over
+//   V's axes (no communication). Otherwise the table is gathered over V first. The table's
+//   pending partial sums stay pending over axes the indices do not use.
+//   scatter_add<"V">(values "B S... M...", indices "B S...", n) -> "V M..." (V first, replicated,
+//   then the values' other labels with their axes). The indices are brought to the values' splits
+//   of the index labels; each rank adds its own values, so the result is a pending partial sum
+//   over those axes (and over the values' own pending axes): no communication for the data.
+//
+// Out-of-range indices throw gshard::Error on every rank. Ranks that hold different index
+// shards must agree, so each rank checks its own shard and one AllReduce of 3 integers runs over
+// exactly the mesh axes that split the indices (none when the indices are replicated, as in the
+// usual embedding lookup). That check is not a reshard, so strict mode does not reject it.
+#include <Kokkos_Core.hpp>
+#include <cstdint>
+#include <source_location>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "../comm/collectives.hpp"
+#include "../expr/node.hpp"
+#include "../spmd/reshard.hpp"
+#include "../tensor/sharded.hpp"
+
+namespace gshard {
+
+namespace index_error {
+template <class>
+inline constexpr bool always_false = false;
+template <fixed_string Label, fixed_string Spec>
+struct label_must_be_one_letter {
+  static_assert(always_false<label_must_be_one_letter>,
+                "gshard::take/scatter_add: name the indexed label with one letter, e.g. <\"V\">");
+};
+template <fixed_string Label, fixed_string TableSpec>
+struct indexed_label_not_in_table {
+  static_assert(always_false<indexed_label_not_in_table>,
+                "gshard::take: the table has no such label (the label, the table's spec)");
+};
+template <fixed_string IndicesSpec>
+struct indices_must_be_int32_or_int64 {
+  static_assert(always_false<indices_must_be_int32_or_int64>,
+                "gshard::take/scatter_add: the index tensor must hold int32_t or int64_t");
+};
+template <fixed_string Label, fixed_string TableSpec, fixed_string IndicesSpec>
+struct index_label_also_in_table {
+  static_assert(always_false<index_label_also_in_table>,
+                "gshard::take: a label of the index tensor is also a table label; rename it with "
+                ".as<\"...\">()");
+};
+template <fixed_string Label, fixed_string ValuesSpec, fixed_string IndicesSpec>
+struct index_label_not_in_values {
+  static_assert(
+      always_false<index_label_not_in_values>,
+      "gshard::scatter_add: every label of the index tensor must be a label of the values");
+};
+template <fixed_string Label, fixed_string ValuesSpec>
+struct scattered_label_already_in_values {
+  static_assert(always_false<scattered_label_already_in_values>,
+                "gshard::scatter_add: the values already have the label scattered into");
+};
+template <fixed_string TableSpec, fixed_string IndicesSpec>
+struct result_has_more_than_8_labels {
+  static_assert(always_false<result_has_more_than_8_labels>,
+                "gshard::take: the result would have more than 8 labels");
+};
+}  // namespace index_error
+
+namespace detail {
+
+/// The layouts take<"V"> needs its operands in, and its result's.
+struct TakeLayouts {
+  Layout table{};
+  Layout indices{};
+  Layout output{};
+  bool ok = true;  // false: the result would have more than max_dims labels
+};
+
+constexpr TakeLayouts take_layouts(const Layout& table, const Layout& indices, char label) {
+  TakeLayouts r;
+  const int vd = table.find(label);
+  if (indices.rank + table.rank - 1 > max_dims) {
+    r.ok = false;
+    return r;
+  }
+  bool used[max_axes]{};
+  r.indices = finished_layout(indices);  // indexing is not linear in the indices: finish sums
+  r.output.rank = 0;
+  for (int d = 0; d < indices.rank; ++d) {
+    r.output.dims[r.output.rank++] = indices.dims[d];
+    for (int i = 0; i < indices.dims[d].axis_count; ++i) used[indices.dims[d].axes[i]] = true;
+  }
+  r.table = finished_layout(table);
+  for (int d = 0; d < table.rank; ++d) {
+    if (d == vd) continue;
+    DimLayout dim = table.dims[d];
+    bool free = true;
+    for (int i = 0; i < dim.axis_count; ++i) free = free && !used[dim.axes[i]];
+    if (!free) {
+      dim.axis_count = 0;
+      dim.axes = {};
+    }
+    r.table.dims[d] = dim;
+    r.output.dims[r.output.rank++] = dim;
+  }
+  if (vd >= 0) {
+    const DimLayout& v = table.dims[vd];
+    bool free = true;
+    for (int i = 0; i < v.axis_count; ++i) free = free && !used[v.axes[i]];
+    if (free) {
+      for (int i = 0; i < v.axis_count; ++i) r.output.partial[r.output.partial_count++] = v.axes[i];
+    } else {
+      r.table.dims[vd].axis_count = 0;
+      r.table.dims[vd].axes = {};
+    }
+  }
+  for (int i = 0; i < table.partial_count; ++i) {
+    const int a = table.partial[i];
+    if (used[a]) continue;
+    r.table.partial[r.table.partial_count++] = a;
+    r.output.partial[r.output.partial_count++] = a;
+  }
+  return r;
+}
+
+/// The layouts scatter_add<"V"> needs its operands in, and its result's.
+struct ScatterLayouts {
+  Layout values{};
+  Layout indices{};
+  Layout output{};
+};
+
+constexpr ScatterLayouts scatter_layouts(const Layout& values, const Layout& indices, char label) {
+  ScatterLayouts r;
+  r.values = values;
+  r.indices = finished_layout(indices);
+  for (int d = 0; d < indices.rank; ++d) {
+    const int vd = values.find(indices.dims[d].label);
+    DimLayout dim = indices.dims[d];
+    dim.axis_count = vd >= 0 ? values.dims[vd].axis_count : 0;
+    dim.axes = vd >= 0 ? values.dims[vd].axes : std::array<int, max_axes>{};
+    r.indices.dims[d] = dim;
+    for (int i = 0; i < dim.axis_count; ++i)
+      r.output.partial[r.output.partial_count++] = dim.axes[i];
+  }
+  r.output.rank = 1;
+  r.output.dims[0].label = label;
+  for (int d = 0; d < values.rank; ++d)
+    if (indices.find(values.dims[d].label) < 0) r.output.dims[r.output.rank++] = values.dims[d];
+  for (int i = 0; i < values.partial_count; ++i)
+    r.output.partial[r.output.partial_count++] = values.partial[i];
+  return r;
+}
+
+namespace index_ops {
+
+inline std::string describe(const Layout& l, const Shape& shape,
+                            const std::vector<std::string>& names) {
+  return "\"" + layout_text(l, names) + "\" of shape " + shape_string(shape);
+}
+
+/// `t` in layout `need` (same labels): resharded when the layouts differ.
+template <class T>
+RuntimeTensor<T> bring(const RuntimeTensor<T>& t, const Layout& need, const MeshState& mesh,
+                       const std::vector<std::string>& names, const std::string& op) {
+  if (t.layout == need) return t;
+  if (t.partial_op != ReduceOp::sum && need.partial_count > 0)
+    throw Error(op, "an operand holds pending max/min partials; finish them with reshard first");
+  const ReshardPlan plan = plan_reshard(t.layout, need, t.shape, mesh.sizes, mesh.coords, names,
+                                        static_cast<std::int64_t>(sizeof(T)));
+  RuntimeTensor<T> out{need, shape_in(need, t.layout, t.shape), {}, t.partial_op};
+  out.data = ReshardExecutor<T>(plan, mesh, t.partial_op).run(t.data);
+  return out;
+}
+
+/// The non-trivial mesh axes (size > 1) that split some dimension of `l`, as a mask.
+inline unsigned split_mask(const Layout& l, const std::array<int, max_axes>& sizes) {
+  unsigned mask = 0;
+  for (int d = 0; d < l.rank; ++d)
+    for (int i = 0; i < l.dims[d].axis_count; ++i)
+      if (sizes[static_cast<std::size_t>(l.dims[d].axes[i])] > 1) mask |= 1u << l.dims[d].axes[i];
+  return mask;
+}
+
+/// Throws on every rank when some index lies outside [0, n). Each rank scans its own shard;
+/// ranks holding different shards agree through one AllReduce (max of: any bad, the largest
+/// bad value, minus the smallest) over the axes that split the indices.
+template <class I>
+void check_indices(const RuntimeTensor<I>& idx, std::int64_t n, const MeshState& mesh,
+                   const std::vector<std::string>& names, const std::string& op,
+                   const std::string& context) {
+  auto host = Kokkos::create_mirror_view(idx.data);
+  Kokkos::deep_copy(host, idx.data);
+  BlockIndex b = block_index(idx.layout, idx.shape, mesh.sizes, mesh.coords);
+  b.holds_values = true;
+  std::int64_t found[3] = {0, INT64_MIN, INT64_MIN};  // any bad, max bad, -(min bad)
+  const auto count = static_cast<std::int64_t>(host.extent(0));
+  for (std::int64_t i = 0; i < count; ++i) {
+    if (b.global_of(i) < 0) continue;
+    const auto v = static_cast<std::int64_t>(host(i));
+    if (v >= 0 && v < n) continue;
+    found[0] = 1;
+    found[1] = v > found[1] ? v : found[1];
+    found[2] = -v > found[2] ? -v : found[2];
+  }
+  const unsigned mask = split_mask(idx.layout, mesh.sizes);
+  if (mask != 0) all_reduce(found, 3, ReduceOp::max, mesh.groups[mask], axes_string(mask, names));
+  if (found[0] != 0)
+    throw Error(op, context + ": indices must lie in [0, " + std::to_string(n) +
+                        "); found values from " + std::to_string(-found[2]) + " to " +
+                        std::to_string(found[1]) + " outside it");
+}
+
+/// Per dimension of a local block: padded extent, valid extent, global offset, local stride.
+struct LocalDims {
+  std::int64_t extent[max_dims]{};
+  std::int64_t valid[max_dims]{};
+  std::int64_t offset[max_dims]{};
+  std::int64_t stride[max_dims]{};
+  std::int64_t size = 1;
+};
+
+inline LocalDims local_dims(const Layout& l, const Shape& shape, const MeshState& mesh) {
+  LocalDims r;
+  for (int d = l.rank - 1; d >= 0; --d) {
+    const Block b =
+        block_of(l.dims[d], shape[static_cast<std::size_t>(d)], mesh.sizes, mesh.coords);
+    r.extent[d] = b.chunk;
+    r.valid[d] = b.valid;
+    r.offset[d] = b.offset;
+    r.stride[d] = r.size;
+    r.size *= b.chunk;
+  }
+  return r;
+}
+
+/// One loop over a block: its extents and validity, and for each of its dimensions the stride
+/// of the same label in two other local blocks (0 where they lack it).
+struct GatherMap {
+  int rank = 0;
+  std::int64_t extent[max_dims]{};
+  std::int64_t valid[max_dims]{};
+  std::int64_t a_stride[max_dims]{};
+  std::int64_t b_stride[max_dims]{};
+  std::int64_t v_stride = 0;  // the indexed label's local stride
+  std::int64_t v_offset = 0;  // its global offset on this rank
+  std::int64_t v_valid = 0;   // its valid extent on this rank
+};
+
+}  // namespace index_ops
+
+/// take along `label` on run-time layouts: bring the operands to the rule's layouts, check the
+/// indices, look up locally. The typed take below and the property tests both run this.
+template <class T, class I>
+RuntimeTensor<T> take_runtime(char label, const MeshState& mesh,
+                              const std::vector<std::string>& names, const RuntimeTensor<T>& table,
+                              const RuntimeTensor<I>& indices, const TakeLayouts* fixed = nullptr) {
+  using namespace index_ops;
+  const std::string op = std::string("take<\"") + label + "\">";
+  const std::string context = "table " + describe(table.layout, table.shape, names) + ", indices " +
+                              describe(indices.layout, indices.shape, names);
+  const int vd = table.layout.find(label);
+  if (vd < 0) throw Error(op, context + ": the table has no label '" + label + "'");
+  for (int d = 0; d < indices.layout.rank; ++d)
+    if (table.layout.find(indices.layout.dims[d].label) >= 0)
+      throw Error(op, context + ": label '" + indices.layout.dims[d].label +
+                          "' is in both the table and the indices");
+  const TakeLayouts rules = fixed ? *fixed : take_layouts(table.layout, indices.layout, label);
+  if (!rules.ok) throw Error(op, context + ": the result would have more than 8 labels");
+  const std::int64_t n = table.shape[static_cast<std::size_t>(vd)];
+  const RuntimeTensor<I> idx = bring(indices, rules.indices, mesh, names, op);
+  check_indices(idx, n, mesh, names, op, context);
+  const RuntimeTensor<T> tab = bring(table, rules.table, mesh, names, op);
+  if (tab.partial_op != ReduceOp::sum && rules.output.partial_count > 0)
+    throw Error(op, context +
+                        ": the table holds pending max/min partials; finish them with "
+                        "reshard first");
+  RuntimeTensor<T> out{rules.output, idx.shape, {}, ReduceOp::sum};
+  for (int d = 0; d < tab.layout.rank; ++d)
+    if (d != vd) out.shape.push_back(tab.shape[static_cast<std::size_t>(d)]);
+  const LocalDims lo = local_dims(out.layout, out.shape, mesh);
+  const LocalDims li = local_dims(idx.layout, idx.shape, mesh);
+  const LocalDims lt = local_dims(tab.layout, tab.shape, mesh);
+  GatherMap m;
+  m.rank = out.layout.rank;
+  for (int d = 0; d < m.rank; ++d) {
+    m.extent[d] = lo.extent[d];
+    m.valid[d] = lo.valid[d];
+    if (d < idx.layout.rank) {
+      m.a_stride[d] = li.stride[d];
+    } else {
+      m.b_stride[d] = lt.stride[tab.layout.find(out.layout.dims[d].label)];
+    }
+  }
+  m.v_stride = lt.stride[vd];
+  m.v_offset = lt.offset[vd];
+  m.v_valid = lt.valid[vd];
+  // Every element is written, padding (zero) included.
+  out.data =
+      Kokkos::View<T*>(Kokkos::view_alloc(std::string("gshard::take"), Kokkos::WithoutInitializing),
+                       static_cast<std::size_t>(lo.size));
+  const Kokkos::View<T*> o = out.data;
+  const Kokkos::View<I*> iv = idx.data;
+  const Kokkos::View<T*> tv = tab.data;
+  Kokkos::parallel_for(
+      "gshard::take", Kokkos::RangePolicy<>(0, lo.size), KOKKOS_LAMBDA(const std::int64_t e) {
+        std::int64_t rest = e, ia = 0, ib = 0;
+        bool pad = false;
+        for (int d = m.rank - 1; d >= 0; --d) {
+          const std::int64_t c = rest % m.extent[d];
+          rest /= m.extent[d];
+          pad = pad || c >= m.valid[d];
+          ia += c * m.a_stride[d];
+          ib += c * m.b_stride[d];
+        }
+        T value{};
+        if (!pad) {
+          // Indices outside this rank's vocabulary shard give zero (another copy holds them).
+          const std::int64_t v = static_cast<std::int64_t>(iv(ia)) - m.v_offset;
+          if (v >= 0 && v < m.v_valid) value = tv(ib + v * m.v_stride);
+        }
+        o(e) = value;
+      });
+  return out;
+}
+
+/// scatter_add into a zeroed `label` dimension of size n, on run-time layouts.
+template <class T, class I>
+RuntimeTensor<T> scatter_add_runtime(char label, std::int64_t n, const MeshState& mesh,
+                                     const std::vector<std::string>& names,
+                                     const RuntimeTensor<T>& values,
+                                     const RuntimeTensor<I>& indices) {
+  using namespace index_ops;
+  const std::string op = std::string("scatter_add<\"") + label + "\">";
+  const std::string context = "values " + describe(values.layout, values.shape, names) +
+                              ", indices " + describe(indices.layout, indices.shape, names) +
+                              ", size " + std::to_string(n);
+  if (n < 0) throw Error(op, context + ": the size must not be negative");
+  if (values.layout.find(label) >= 0)
+    throw Error(op, context + ": the values already have label '" + label + "'");
+  for (int d = 0; d < indices.layout.rank; ++d) {
+    const int vd = values.layout.find(indices.layout.dims[d].label);
+    if (vd < 0)
+      throw Error(op, context + ": index label '" + indices.layout.dims[d].label +
+                          "' is not a label of the values");
+    if (values.shape[static_cast<std::size_t>(vd)] != indices.shape[static_cast<std::size_t>(d)])
+      throw Error(op, context + ": label '" + indices.layout.dims[d].label + "' has size " +
+                          std::to_string(values.shape[static_cast<std::size_t>(vd)]) +
+                          " in the values but " +
+                          std::to_string(indices.shape[static_cast<std::size_t>(d)]) +
+                          " in the indices");
+  }
+  if (values.partial_op != ReduceOp::sum && values.layout.partial_count > 0)
+    throw Error(op, context +
+                        ": the values hold pending max/min partials; finish them with "
+                        "reshard first");
+  const ScatterLayouts rules = scatter_layouts(values.layout, indices.layout, label);
+  const RuntimeTensor<I> idx = bring(indices, rules.indices, mesh, names, op);
+  check_indices(idx, n, mesh, names, op, context);
+  RuntimeTensor<T> out{rules.output, {n}, {}, ReduceOp::sum};
+  for (int d = 0; d < values.layout.rank; ++d)
+    if (idx.layout.find(values.layout.dims[d].label) < 0)
+      out.shape.push_back(values.shape[static_cast<std::size_t>(d)]);
+  const LocalDims lo = local_dims(out.layout, out.shape, mesh);
+  const LocalDims lv = local_dims(values.layout, values.shape, mesh);
+  const LocalDims li = local_dims(idx.layout, idx.shape, mesh);
+  GatherMap m;  // the loop runs over the values' block
+  m.rank = values.layout.rank;
+  for (int d = 0; d < m.rank; ++d) {
+    m.extent[d] = lv.extent[d];
+    m.valid[d] = lv.valid[d];
+    const char c = values.layout.dims[d].label;
+    const int id = idx.layout.find(c);
+    if (id >= 0)
+      m.a_stride[d] = li.stride[id];
+    else
+      m.b_stride[d] = lo.stride[out.layout.find(c)];
+  }
+  m.v_stride = lo.stride[0];
+  out.data = Kokkos::View<T*>("gshard::scatter_add", static_cast<std::size_t>(lo.size));
+  const Kokkos::View<T*> o = out.data;
+  const Kokkos::View<I*> iv = idx.data;
+  const Kokkos::View<T*> vv = values.data;
+  Kokkos::parallel_for(
+      "gshard::scatter_add", Kokkos::RangePolicy<>(0, lv.size),
+      KOKKOS_LAMBDA(const std::int64_t e) {
+        std::int64_t rest = e, ia = 0, ib = 0;
+        for (int d = m.rank - 1; d >= 0; --d) {
+          const std::int64_t c = rest % m.extent[d];
+          rest /= m.extent[d];
+          if (c >= m.valid[d]) return;  // padding adds nothing
+          ia += c * m.a_stride[d];
+          ib += c * m.b_stride[d];
+        }
+        const auto v = static_cast<std::int64_t>(iv(ia));
+        Kokkos::atomic_add(&o(ib + v * m.v_stride), vv(e));
+      });
+  return out;
+}
+
+template <class I>
+inline constexpr bool is_index_type_v =
+    std::is_same_v<I, std::int32_t> || std::is_same_v<I, std::int64_t>;
+
+template <fixed_string Label, class Indices>
+constexpr bool check_index_operands_common() {
+  if constexpr (Label.size() != 1) {
+    return sizeof(index_error::label_must_be_one_letter<Label, Indices::spec>) == 0;
+  } else if constexpr (!is_index_type_v<typename Indices::value_type>) {
+    return sizeof(index_error::indices_must_be_int32_or_int64<Indices::spec>) == 0;
+  } else {
+    return true;
+  }
+}
+
+constexpr fixed_string<2> one_letter(char c) {
+  fixed_string<2> s;
+  s.data[0] = c;
+  return s;
+}
+
+template <class Table, class Indices>
+constexpr int first_shared_label() {
+  for (int d = 0; d < Indices::layout.rank; ++d)
+    if (Table::layout.find(Indices::layout.dims[d].label) >= 0) return d;
+  return -1;
+}
+
+template <fixed_string Label, class Table, class Indices>
+constexpr bool check_take() {
+  if constexpr (!check_index_operands_common<Label, Indices>()) {
+    return false;
+  } else if constexpr (Table::layout.find(Label.data[0]) < 0) {
+    return sizeof(index_error::indexed_label_not_in_table<Label, Table::spec>) == 0;
+  } else if constexpr (first_shared_label<Table, Indices>() >= 0) {
+    constexpr char c = Indices::layout.dims[first_shared_label<Table, Indices>()].label;
+    constexpr fixed_string<2> l = one_letter(c);
+    return sizeof(index_error::index_label_also_in_table<l, Table::spec, Indices::spec>) == 0;
+  } else if constexpr (Table::layout.rank + Indices::layout.rank - 1 > max_dims) {
+    return sizeof(index_error::result_has_more_than_8_labels<Table::spec, Indices::spec>) == 0;
+  } else {
+    return true;
+  }
+}
+
+template <class Values, class Indices>
+constexpr int first_missing_label() {
+  for (int d = 0; d < Indices::layout.rank; ++d)
+    if (Values::layout.find(Indices::layout.dims[d].label) < 0) return d;
+  return -1;
+}
+
+template <fixed_string Label, class Values, class Indices>
+constexpr bool check_scatter() {
+  if constexpr (!check_index_operands_common<Label, Indices>()) {
+    return false;
+  } else if constexpr (Values::layout.find(Label.data[0]) >= 0) {
+    return sizeof(index_error::scattered_label_already_in_values<Label, Values::spec>) == 0;
+  } else if constexpr (first_missing_label<Values, Indices>() >= 0) {
+    constexpr char c = Indices::layout.dims[first_missing_label<Values, Indices>()].label;
+    constexpr fixed_string<2> l = one_letter(c);
+    return sizeof(index_error::index_label_not_in_values<l, Values::spec, Indices::spec>) == 0;
+  } else {
+    return true;
+  }
+}
+
+}  // namespace detail
+
+/// take<"V">(table, indices): table[indices[b, s...], m...] for every (b, s..., m...). Labels:
+/// the indices', then the table's other labels; layout by detail::take_layouts (see the top of
+/// this file). Eager; collective over the mesh (an AllReduce of 3 integers over the axes that
+/// split the indices checks them; reshards when the rule needs them).
+template <fixed_string Label, Expression Table, Expression Indices>
+auto take(const Table& table, const Indices& indices,
+          std::source_location where = std::source_location::current()) {
+  (void)where;
+  if constexpr (!detail::check_take<Label, Table, Indices>()) {
+    return 0;
+  } else {
+    static_assert(std::is_same_v<typename Table::mesh_type, typename Indices::mesh_type>,
+                  "gshard::take: the table and the indices must be on the same Mesh type");
+    using T = typename Table::value_type;
+    using MeshT = typename Table::mesh_type;
+    constexpr detail::TakeLayouts L =
+        detail::take_layouts(Table::layout, Indices::layout, Label.data[0]);
+    static_assert(detail::strict_check<MeshT, "take", 0, Table::layout, L.table>() &&
+                  detail::strict_check<MeshT, "take", 1, Indices::layout, L.indices>());
+    // The engine brings both to the rule's layouts, so its messages name the layouts given.
+    const auto i = detail::materialise(indices);
+    const auto t = detail::materialise(table);
+    const MeshT& mesh = table.mesh();
+    const detail::RuntimeTensor<T> r = detail::take_runtime<T>(
+        Label.data[0], mesh.state(), detail::axis_name_list<MeshT>(), t, i, &L);
+    return Sharded<T, MeshT, detail::spec_of<MeshT, L.output>()>(mesh, r.shape, r.data);
+  }
+}
+
+/// The embedding lookup: take<"V">(table, ids). With the table split over V and the ids
+/// replicated over V's axes, each rank looks up its vocabulary shard and the result is a pending
+/// partial sum over those axes (no communication until it is finished).
+template <fixed_string Label, Expression Table, Expression Indices>
+auto embedding(const Table& table, const Indices& ids,
+               std::source_location where = std::source_location::current()) {
+  return take<Label>(table, ids, where);
+}
+
+/// scatter_add<"V">(values, indices, n): a zero tensor with label V of size n first, then the
+/// values' labels that the indices lack; out[indices[b, s...], m...] += values[b, s..., m...].
+/// The transpose of take. Layout by detail::scatter_layouts. Eager; collective over the mesh.
+template <fixed_string Label, Expression Values, Expression Indices>
+auto scatter_add(const Values& values, const Indices& indices, std::int64_t n,
+                 std::source_location where = std::source_location::current()) {
+  (void)where;
+  if constexpr (!detail::check_scatter<Label, Values, Indices>()) {
+    return 0;
+  } else {
+    static_assert(std::is_same_v<typename Values::mesh_type, typename Indices::mesh_type>,
+                  "gshard::scatter_add: the values and the indices must be on the same Mesh type");
+    using T = typename Values::value_type;
+    using MeshT = typename Values::mesh_type;
+    constexpr detail::ScatterLayouts L =
+        detail::scatter_layouts(Values::layout, Indices::layout, Label.data[0]);
+    static_assert(detail::strict_check<MeshT, "scatter_add", 1, Indices::layout, L.indices>());
+    const auto v = detail::materialise(values);
+    const auto i = detail::materialise(indices);
+    const MeshT& mesh = values.mesh();
+    const detail::RuntimeTensor<T> r = detail::scatter_add_runtime<T>(
+        Label.data[0], n, mesh.state(), detail::axis_name_list<MeshT>(), v, i);
+    return Sharded<T, MeshT, detail::spec_of<MeshT, L.output>()>(mesh, r.shape, r.data);
+  }
+}
+
+}  // namespace gshard

@@ -1,0 +1,303 @@
+#pragma once
+// Normalisations over one label: softmax<"S">(x), log_softmax, layer_norm<"M">(x[, gain[, bias]],
+// eps), rms_norm<"M">(x[, gain], eps). The result has the input's layout without pending
+// partials (a pending input is finished first). Over a split label each row's statistics are
+// local sums over the valid elements followed by AllReduces of the row block (the reduced size):
+// softmax and log_softmax two (max, then the sum of exp(x - max)); layer_norm two (the sum, then
+// the sum of squared deviations from the mean: two passes, stable where E[x^2] - E[x]^2 is not);
+// rms_norm one (the sum of squares). Gain and bias are tensors over the label alone, broadcast by
+// label and read in the input's split of it (resharded to it when they differ).
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "../expr/node.hpp"
+#include "../kernels/math.hpp"
+#include "reduce.hpp"
+
+namespace gshard {
+
+namespace normalize_error {
+template <class>
+inline constexpr bool always_false = false;
+template <fixed_string Op, fixed_string Label, fixed_string InputSpec>
+struct label_not_in_input {
+  static_assert(always_false<label_not_in_input>,
+                "gshard normalisation: the label is not a label of the input (op, label, input "
+                "spec: the arguments above)");
+};
+template <fixed_string Op, fixed_string Labels>
+struct give_exactly_one_label {
+  static_assert(always_false<give_exactly_one_label>,
+                "gshard normalisation: normalise over exactly one label, e.g. softmax<\"S\">(x)");
+};
+template <fixed_string Op, fixed_string InputSpec>
+struct needs_floating_point {
+  static_assert(always_false<needs_floating_point>,
+                "gshard normalisation: needs float or double elements");
+};
+template <fixed_string Op, fixed_string Label, fixed_string ParameterSpec>
+struct gain_or_bias_labels_differ_from_the_label {
+  static_assert(always_false<gain_or_bias_labels_differ_from_the_label>,
+                "gshard normalisation: a gain or bias must have exactly one label, the normalised "
+                "one (op, label, its spec: the arguments above)");
+};
+}  // namespace normalize_error
+
+namespace detail {
+
+enum class Normalization { softmax, log_softmax, layer_norm, rms_norm };
+
+inline const char* normalization_name(Normalization k) {
+  switch (k) {
+    case Normalization::softmax:
+      return "softmax";
+    case Normalization::log_softmax:
+      return "log_softmax";
+    case Normalization::layer_norm:
+      return "layer_norm";
+    case Normalization::rms_norm:
+      return "rms_norm";
+  }
+  return "?";
+}
+
+/// The layout a gain or bias is read in: the input's dimension of the label, with its axes.
+constexpr Layout parameter_layout(const Layout& in, char label) {
+  Layout l{};
+  const int d = in.find(label);
+  if (d < 0) return l;
+  l.rank = 1;
+  l.dims[0] = in.dims[d];
+  return l;
+}
+
+/// Brings a gain or bias to `need` (finishing its partials, gathering or slicing its split).
+template <class T>
+Kokkos::View<T*> parameter_block(const std::string& op, const char* what, const RuntimeTensor<T>& p,
+                                 const Layout& need, std::int64_t size, const MeshState& mesh,
+                                 const std::vector<std::string>& axis_names) {
+  if (p.layout.rank != 1 || p.layout.dims[0].label != need.dims[0].label || p.shape[0] != size)
+    throw Error(op, std::string("the ") + what + " must have the one label '" + need.dims[0].label +
+                        "' of size " + std::to_string(size) + "; it is the " +
+                        describe_input(p.layout, p.shape, axis_names, what));
+  if (p.layout == need) return p.data;
+  const ReshardPlan plan = plan_reshard(p.layout, need, p.shape, mesh.sizes, mesh.coords,
+                                        axis_names, std::int64_t{sizeof(T)});
+  return ReshardExecutor<T>(plan, mesh, p.partial_op).run(p.data);
+}
+
+/// The whole sharded normalisation on run-time layouts (the typed API and the property tests
+/// both run this). `gain` and `bias` may be null. Collective over the mesh.
+template <class T>
+RuntimeTensor<T> normalize_runtime(Normalization kind, char label, const MeshState& mesh,
+                                   const std::vector<std::string>& axis_names,
+                                   const RuntimeTensor<T>& in, double eps,
+                                   const RuntimeTensor<T>* gain, const RuntimeTensor<T>* bias) {
+  static_assert(std::is_floating_point_v<T>, "gshard normalisation: float or double elements");
+  const std::string op = normalization_name(kind);
+  const std::string labels(1, label);
+  check_reduce_input(op, labels, in.layout, in.shape, false, axis_names);
+  const RuntimeTensor<T> x = finish_pending(in, mesh, axis_names);
+  const int ld = x.layout.find(label);
+  const std::int64_t n = x.shape[static_cast<std::size_t>(ld)];
+  const Layout need = parameter_layout(x.layout, label);
+  Kokkos::View<T*> g, b;
+  if (gain != nullptr) g = parameter_block(op, "gain", *gain, need, n, mesh, axis_names);
+  if (bias != nullptr) b = parameter_block(op, "bias", *bias, need, n, mesh, axis_names);
+  const bool has_gain = gain != nullptr;
+  const bool has_bias = bias != nullptr;
+
+  const ReduceShape rs = reduce_shape(x.layout, x.shape, mesh, labels);
+  const unsigned mask = reduced_axes(x.layout, labels);
+  auto fresh = [](const char* name, std::int64_t size) {
+    return Kokkos::View<T*>(Kokkos::view_alloc(std::string(name), Kokkos::WithoutInitializing),
+                            size);
+  };
+  const Kokkos::View<T*> s1 = fresh("gshard::normalize stat", rs.out_size);
+  const Kokkos::View<T*> s2 = fresh("gshard::normalize stat", rs.out_size);
+  const Kokkos::View<T*> none;
+  const Kokkos::View<std::int64_t*> no_index;
+  const T count = static_cast<T>(n);
+  switch (kind) {
+    case Normalization::softmax:
+    case Normalization::log_softmax:
+      local_reduce<T>(LocalReduce::max, rs, x.data, s1, none, no_index);
+      all_reduce_axes(s1, ReduceOp::max, mesh, mask, axis_names);
+      local_reduce<T>(LocalReduce::sumexp, rs, x.data, s2, s1, no_index);
+      all_reduce_axes(s2, ReduceOp::sum, mesh, mask, axis_names);
+      break;
+    case Normalization::layer_norm:
+      local_reduce<T>(LocalReduce::sum, rs, x.data, s1, none, no_index);
+      all_reduce_axes(s1, ReduceOp::sum, mesh, mask, axis_names);
+      Kokkos::parallel_for(
+          "gshard::layer_norm mean", Kokkos::RangePolicy<>(0, rs.out_size),
+          KOKKOS_LAMBDA(const std::int64_t i) { s1(i) /= count; });
+      Kokkos::fence();
+      local_reduce<T>(LocalReduce::sumsqdev, rs, x.data, s2, s1, no_index);
+      all_reduce_axes(s2, ReduceOp::sum, mesh, mask, axis_names);
+      break;
+    case Normalization::rms_norm:
+      local_reduce<T>(LocalReduce::sumsq, rs, x.data, s1, none, no_index);
+      all_reduce_axes(s1, ReduceOp::sum, mesh, mask, axis_names);
+      break;
+  }
+  // One pass per row over the label's padded extent: every element of the block is written once
+  // (padding with 0), with the row's statistics folded into one scale and one shift.
+  const std::int64_t label_ext =
+      local_extents(x.layout, x.shape, mesh.sizes)[static_cast<std::size_t>(ld)];
+  const std::int64_t label_valid = rs.red_valid[0];
+  const std::int64_t label_stride = rs.red_stride[0];
+  RuntimeTensor<T> out{x.layout, x.shape,
+                       fresh("gshard::normalize", static_cast<std::int64_t>(x.data.extent(0))),
+                       ReduceOp::sum};
+  const Kokkos::View<T*> y = out.data;
+  const Kokkos::View<T*> xv = x.data;
+  const T e = static_cast<T>(eps);
+  const T lowest = -std::numeric_limits<T>::infinity();
+  Kokkos::parallel_for(
+      "gshard::normalize", Kokkos::RangePolicy<>(0, rs.out_size),
+      KOKKOS_LAMBDA(const std::int64_t row) {
+        std::int64_t rest = row;
+        std::int64_t base = 0;
+        bool pad = false;
+        for (int d = rs.kept - 1; d >= 0; --d) {
+          const std::int64_t i = rest % rs.kept_ext[d];
+          rest /= rs.kept_ext[d];
+          pad = pad || i >= rs.kept_valid[d];
+          base += i * rs.kept_stride[d];
+        }
+        const std::int64_t valid = pad ? 0 : label_valid;
+        T shift{};
+        T scale = static_cast<T>(1);
+        switch (kind) {
+          case Normalization::softmax:
+          case Normalization::log_softmax:
+            shift = s1(row) == lowest ? T{} : s1(row);
+            if (kind == Normalization::softmax)
+              scale = static_cast<T>(1) / s2(row);
+            else
+              shift += math::log(s2(row));
+            break;
+          case Normalization::layer_norm:
+            shift = s1(row);
+            scale = static_cast<T>(1) / math::sqrt(s2(row) / count + e);
+            break;
+          case Normalization::rms_norm:
+            scale = static_cast<T>(1) / math::sqrt(s1(row) / count + e);
+            break;
+        }
+        for (std::int64_t l = 0; l < valid; ++l) {
+          const std::int64_t at = base + l * label_stride;
+          T r = kind == Normalization::softmax ? math::exp(xv(at) - shift) * scale
+                                               : (xv(at) - shift) * scale;
+          if (has_gain) r *= g(l);
+          if (has_bias) r += b(l);
+          y(at) = r;
+        }
+        for (std::int64_t l = valid; l < label_ext; ++l) y(base + l * label_stride) = T{};
+      });
+  Kokkos::fence();
+  return out;
+}
+
+template <fixed_string Op, fixed_string Label, class P>
+constexpr bool parameter_ok() {
+  constexpr Layout pl = P::layout;
+  if constexpr (pl.rank != 1 || pl.dims[0].label != Label.view()[0]) {
+    return sizeof(normalize_error::gain_or_bias_labels_differ_from_the_label<Op, Label, P::spec>) ==
+           0;
+  } else {
+    return true;
+  }
+}
+
+template <fixed_string Op, fixed_string Label, class E, class... P>
+constexpr bool normalize_ok() {
+  if constexpr (Label.view().size() != 1) {
+    return sizeof(normalize_error::give_exactly_one_label<Op, Label>) == 0;
+  } else if constexpr (E::layout.find(Label.view()[0]) < 0) {
+    return sizeof(normalize_error::label_not_in_input<Op, Label, E::spec>) == 0;
+  } else if constexpr (!std::is_floating_point_v<typename E::value_type>) {
+    return sizeof(normalize_error::needs_floating_point<Op, E::spec>) == 0;
+  } else {
+    return (parameter_ok<Op, Label, P>() && ...);
+  }
+}
+
+/// The typed normalisation: the result has the input's layout without pending partials.
+/// Finishing them, and resharding a gain or bias to the input's split of the label, are implicit
+/// collectives (strict mode refuses them).
+template <Normalization K, fixed_string Op, fixed_string Label, class E, class... P>
+auto normalize_typed(double eps, const E& x, const P&... params) {
+  if constexpr (!normalize_ok<Op, Label, E, P...>()) {
+    return 0;
+  } else {
+    using T = typename E::value_type;
+    using MeshT = typename E::mesh_type;
+    static_assert(((std::is_same_v<typename P::value_type, T> &&
+                    std::is_same_v<typename P::mesh_type, MeshT>)&&...),
+                  "gshard normalisation: gain and bias must have the input's element type and "
+                  "Mesh type");
+    constexpr char label = Label.view()[0];
+    constexpr Layout in = E::layout;
+    constexpr Layout out = finished_layout(in);
+    constexpr Layout need = parameter_layout(out, label);
+    using R = Sharded<T, MeshT, spec_of<MeshT, out>()>;
+    static_assert(strict_check<MeshT, Op, 0, in, out>());
+    static_assert((strict_check<MeshT, Op, 1, P::layout, need>() && ...));
+    const std::string op(Op.view());
+    const RuntimeTensor<T> v = materialise_as(x, out, op);
+    const std::vector<RuntimeTensor<T>> ps{materialise_as(params, need, op)...};
+    const RuntimeTensor<T> r =
+        normalize_runtime<T>(K, label, x.mesh().state(), axis_name_list<MeshT>(), v, eps,
+                             ps.empty() ? nullptr : &ps[0], ps.size() < 2 ? nullptr : &ps[1]);
+    return R(x.mesh(), r.shape, r.data);
+  }
+}
+
+}  // namespace detail
+
+/// exp(x - max) / sum(exp(x - max)) over the label; split label: AllReduce max, AllReduce sum.
+template <fixed_string Label, Expression E>
+auto softmax(const E& x) {
+  return detail::normalize_typed<detail::Normalization::softmax, "softmax", Label>(0.0, x);
+}
+/// x - max - log(sum(exp(x - max))) over the label; the same two AllReduces as softmax.
+template <fixed_string Label, Expression E>
+auto log_softmax(const E& x) {
+  return detail::normalize_typed<detail::Normalization::log_softmax, "log_softmax", Label>(0.0, x);
+}
+/// (x - mean) / sqrt(var + eps) over the label (biased variance); split label: two AllReduces.
+template <fixed_string Label, Expression E>
+auto layer_norm(const E& x, double eps = 1e-5) {
+  return detail::normalize_typed<detail::Normalization::layer_norm, "layer_norm", Label>(eps, x);
+}
+/// layer_norm times a gain over the label.
+template <fixed_string Label, Expression E, Expression G>
+auto layer_norm(const E& x, const G& gain, double eps = 1e-5) {
+  return detail::normalize_typed<detail::Normalization::layer_norm, "layer_norm", Label>(eps, x,
+                                                                                         gain);
+}
+/// layer_norm times a gain plus a bias, both over the label.
+template <fixed_string Label, Expression E, Expression G, Expression B>
+auto layer_norm(const E& x, const G& gain, const B& bias, double eps = 1e-5) {
+  return detail::normalize_typed<detail::Normalization::layer_norm, "layer_norm", Label>(
+      eps, x, gain, bias);
+}
+/// x / sqrt(mean(x^2) + eps) over the label; split label: one AllReduce.
+template <fixed_string Label, Expression E>
+auto rms_norm(const E& x, double eps = 1e-6) {
+  return detail::normalize_typed<detail::Normalization::rms_norm, "rms_norm", Label>(eps, x);
+}
+/// rms_norm times a gain over the label.
+template <fixed_string Label, Expression E, Expression G>
+auto rms_norm(const E& x, const G& gain, double eps = 1e-6) {
+  return detail::normalize_typed<detail::Normalization::rms_norm, "rms_norm", Label>(eps, x, gain);
+}
+
+}  // namespace gshard

@@ -1,0 +1,223 @@
+#pragma once
+// gshard::cumsum<"S">(x) and gshard::exclusive_cumsum<"S">(x): cumulative sums along a label, in
+// the input's layout. Each rank scans its padded block along S; when S is split, ONE exclusive
+// scan of the shard totals along S's axes (MPI_Exscan on their sub-communicator) gives each shard
+// the sum of the shards before it, which is added back. A cumulative sum is linear, so pending
+// partial sums stay pending (each copy's scan is a partial of the scan).
+#include <Kokkos_Core.hpp>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "../comm/collectives.hpp"
+#include "../expr/node.hpp"
+#include "../spmd/reshard.hpp"
+#include "../tensor/geometry.hpp"
+#include "../tensor/sharded.hpp"
+
+namespace gshard {
+
+namespace scan_error {
+template <class>
+inline constexpr bool always_false = false;
+template <fixed_string Label, fixed_string Spec>
+struct scan_label_must_be_one_letter {
+  static_assert(always_false<scan_label_must_be_one_letter>,
+                "gshard::cumsum: name the label to scan over with one letter, e.g. cumsum<\"S\">");
+};
+template <fixed_string Label, fixed_string Spec>
+struct scan_label_not_in_input {
+  static_assert(always_false<scan_label_not_in_input>,
+                "gshard::cumsum: the label to scan over is not a label of the input");
+};
+}  // namespace scan_error
+
+namespace detail {
+
+/// How a label's shards sit on the mesh: its axes of size > 1 (size-1 axes change nothing), in
+/// the spec's order (major first), their mask, the shard count and this rank's shard.
+/// `mesh_order`: those axes are in ascending mesh order, so the ranks of groups[mask]
+/// (row-major in mesh order) are in shard order.
+struct ScanAxes {
+  std::vector<int> axes;
+  unsigned mask = 0;
+  int shards = 1;
+  int my_shard = 0;
+  bool mesh_order = true;
+};
+
+inline ScanAxes scan_axes(const DimLayout& dim, const MeshState& mesh) {
+  ScanAxes s;
+  for (int i = 0; i < dim.axis_count; ++i) {
+    const int a = dim.axes[static_cast<std::size_t>(i)];
+    const int size = mesh.sizes[static_cast<std::size_t>(a)];
+    if (size == 1) continue;
+    if (!s.axes.empty() && a < s.axes.back()) s.mesh_order = false;
+    s.axes.push_back(a);
+    s.mask |= 1u << a;
+    s.shards *= size;
+    s.my_shard = s.my_shard * size + mesh.coords[static_cast<std::size_t>(a)];
+  }
+  return s;
+}
+
+/// The shard (spec order) of group rank r of groups[mask] (row-major in mesh order).
+inline int scan_shard_of_group_rank(const ScanAxes& s, int r, const MeshState& mesh) {
+  std::array<int, max_axes> c{};
+  for (int a = max_axes; a-- > 0;) {
+    if (!(s.mask & (1u << a))) continue;
+    const int size = mesh.sizes[static_cast<std::size_t>(a)];
+    c[static_cast<std::size_t>(a)] = r % size;
+    r /= size;
+  }
+  int shard = 0;
+  for (int a : s.axes)
+    shard = shard * mesh.sizes[static_cast<std::size_t>(a)] + c[static_cast<std::size_t>(a)];
+  return shard;
+}
+
+/// The cumulative sum on run-time layouts (the typed API and the property tests run this).
+/// Result: x's layout and shape; padding zero. Pending sum partials stay pending; pending max/min
+/// partials are refused (the scan is not linear in them), like einsum.
+template <class T>
+RuntimeTensor<T> cumsum_runtime(const RuntimeTensor<T>& x, char label, bool exclusive,
+                                const MeshState& mesh, const std::vector<std::string>& axis_names) {
+  const std::string op = exclusive ? "exclusive_cumsum" : "cumsum";
+  const int d = x.layout.find(label);
+  if (d < 0)
+    throw Error(op, std::string("label '") + label + "' is not in the input \"" +
+                        layout_text(x.layout, axis_names) + "\" (global shape " +
+                        shape_string(x.shape) + ")");
+  if (x.layout.partial_count > 0 && x.partial_op != ReduceOp::sum)
+    throw Error(op, std::string("the input \"") + layout_text(x.layout, axis_names) +
+                        "\" holds pending max/min partials; finish them with reshard first");
+  const auto du = static_cast<std::size_t>(d);
+  const Shape ext = local_extents(x.layout, x.shape, mesh.sizes);
+  std::int64_t outer = 1;
+  std::int64_t inner = 1;
+  for (std::size_t e = 0; e < ext.size(); ++e) {
+    if (e < du) outer *= ext[e];
+    if (e > du) inner *= ext[e];
+  }
+  const std::int64_t chunk = ext[du];
+  const std::int64_t valid = block_of(x.layout.dims[d], x.shape[du], mesh.sizes, mesh.coords).valid;
+  const std::int64_t lines = outer * inner;
+
+  RuntimeTensor<T> out{x.layout, x.shape, {}, x.partial_op};
+  // The kernel writes every element, padding included (zeros): no fill.
+  out.data = Kokkos::View<T*>(
+      Kokkos::view_alloc(std::string("gshard::cumsum"), Kokkos::WithoutInitializing),
+      static_cast<std::size_t>(product(ext)));
+  Kokkos::View<T*> totals(
+      Kokkos::view_alloc(std::string("gshard::cumsum totals"), Kokkos::WithoutInitializing),
+      static_cast<std::size_t>(lines));
+  const Kokkos::View<T*> in = x.data;
+  const Kokkos::View<T*> o = out.data;
+  Kokkos::parallel_for(
+      "gshard::cumsum local", Kokkos::RangePolicy<>(0, lines), KOKKOS_LAMBDA(const std::int64_t l) {
+        const std::int64_t base = (l / inner) * chunk * inner + l % inner;
+        T run = T(0);
+        for (std::int64_t j = 0; j < chunk; ++j) {
+          const std::int64_t at = base + j * inner;
+          if (j >= valid) {
+            o(at) = T(0);
+          } else if (exclusive) {
+            const T v = in(at);
+            o(at) = run;
+            run += v;
+          } else {
+            run += in(at);
+            o(at) = run;
+          }
+        }
+        totals(l) = run;
+      });
+
+  const ScanAxes s = scan_axes(x.layout.dims[d], mesh);
+  if (s.shards == 1 || lines == 0) return out;
+  const std::string axes = axes_string(s.mask, axis_names);
+  Kokkos::View<T*> offsets(
+      Kokkos::view_alloc(std::string("gshard::cumsum offsets"), Kokkos::WithoutInitializing),
+      static_cast<std::size_t>(lines));
+  {
+    MpiAccess<T> tot(totals, true);
+    MpiAccess<T> off(offsets, false);
+    if (s.mesh_order) {
+      exscan(tot.data(), off.data(), lines, ReduceOp::sum, T(0), mesh.groups[s.mask], axes);
+    } else {
+      // Shard order (spec order of the axes) differs from the group's rank order (mesh order):
+      // gather every shard's totals (k values per line) and add those of the earlier shards.
+      std::vector<T> all(static_cast<std::size_t>(lines * s.shards));
+      all_gather(tot.data(), all.data(), lines, mesh.groups[s.mask], axes);
+      T* out_off = off.data();
+      for (std::int64_t l = 0; l < lines; ++l) out_off[l] = T(0);
+      for (int r = 0; r < s.shards; ++r) {
+        if (scan_shard_of_group_rank(s, r, mesh) >= s.my_shard) continue;
+        const T* from = all.data() + static_cast<std::int64_t>(r) * lines;
+        for (std::int64_t l = 0; l < lines; ++l) out_off[l] += from[l];
+      }
+    }
+    off.copy_out();
+  }
+  Kokkos::parallel_for(
+      "gshard::cumsum offsets", Kokkos::RangePolicy<>(0, lines),
+      KOKKOS_LAMBDA(const std::int64_t l) {
+        const std::int64_t base = (l / inner) * chunk * inner + l % inner;
+        const T add = offsets(l);
+        for (std::int64_t j = 0; j < valid; ++j) o(base + j * inner) += add;
+      });
+  return out;
+}
+
+template <fixed_string Label, class E>
+constexpr bool check_scan_label() {
+  if constexpr (Label.size() != 1 || !is_letter(Label.view()[0])) {
+    return sizeof(scan_error::scan_label_must_be_one_letter<Label, E::spec>) == 0;
+  } else if constexpr (E::layout.find(Label.view()[0]) < 0) {
+    return sizeof(scan_error::scan_label_not_in_input<Label, E::spec>) == 0;
+  } else {
+    return true;
+  }
+}
+
+template <class E>
+using scan_result_t = Sharded<typename E::value_type, typename E::mesh_type,
+                              spec_of<typename E::mesh_type, E::layout>()>;
+
+template <fixed_string Label, class E>
+scan_result_t<E> cumsum_typed(const E& x, bool exclusive) {
+  using R = scan_result_t<E>;
+  using MeshT = typename E::mesh_type;
+  const RuntimeTensor<typename E::value_type> in = materialise(x);
+  const auto r =
+      cumsum_runtime(in, Label.view()[0], exclusive, x.mesh().state(), axis_name_list<MeshT>());
+  R out(x.mesh(), r.shape, r.data);
+  out.set_partial_op(r.partial_op);
+  return out;
+}
+
+}  // namespace detail
+
+/// Inclusive cumulative sum along Label: out[.., i, ..] = sum of x[.., j, ..] for j <= i. The
+/// result has the input's layout (pending partial sums stay pending). Collective over the mesh
+/// when Label is split: one ExScan of the shard totals along Label's axes.
+template <fixed_string Label, Expression E>
+auto cumsum(const E& x) {
+  if constexpr (!detail::check_scan_label<Label, E>())
+    return 0;
+  else
+    return detail::cumsum_typed<Label>(x, false);
+}
+
+/// Exclusive cumulative sum along Label: out[.., i, ..] = sum of x[.., j, ..] for j < i.
+template <fixed_string Label, Expression E>
+auto exclusive_cumsum(const E& x) {
+  if constexpr (!detail::check_scan_label<Label, E>())
+    return 0;
+  else
+    return detail::cumsum_typed<Label>(x, true);
+}
+
+}  // namespace gshard

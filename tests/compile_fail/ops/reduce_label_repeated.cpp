@@ -1,0 +1,11 @@
+// expect-error: label_repeated<gshard::fixed_string<4>{"sum"}, gshard::fixed_string<2>{"S"}, gshard::fixed_string<4>{"SMS"}>
+// A label given twice.
+#include <gshard/gshard.hpp>
+#include <gshard/ops/reduce.hpp>
+
+using M = gshard::Mesh<"x", "y">;
+using X = gshard::Sharded<float, M, "B:x S:y M">;
+
+auto bad(const X& x) { return gshard::sum<"SMS">(x); }
+
+int main() { return 0; }

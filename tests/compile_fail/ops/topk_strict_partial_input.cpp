@@ -1,0 +1,12 @@
+// expect-error: implicit_collective<gshard::fixed_string<6>{"top_k"}, 0, gshard::fixed_string<9>{"B S:y +x"}, gshard::fixed_string<6>{"B S:y"}>
+// Strict mode: top_k of a pending partial sum needs an implicit AllReduce first.
+#define GSHARD_STRICT
+#include <gshard/gshard.hpp>
+#include <gshard/ops/topk.hpp>
+
+using M = gshard::Mesh<"x", "y">;
+using X = gshard::Sharded<float, M, "B S:y +x">;
+
+auto bad(const X& x) { return gshard::top_k<"S", "K">(x, 2).values; }
+
+int main() { return 0; }
