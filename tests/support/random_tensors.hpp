@@ -179,6 +179,10 @@ class Dice {
     for (std::size_t i = v.size(); i > 1; --i)
       std::swap(v[i - 1], v[static_cast<std::size_t>(below(static_cast<int>(i)))]);
   }
+  template <class V>
+  auto pick(const V& v) {
+    return v[static_cast<std::size_t>(below(static_cast<int>(v.size())))];
+  }
 
  private:
   std::mt19937_64 engine_;  // same sequence on every platform and rank

@@ -17,6 +17,7 @@
 
 #include "block_reference.hpp"
 #include "mpi_test.hpp"
+#include "random_tensors.hpp"
 
 namespace {
 
@@ -225,25 +226,7 @@ std::vector<int> unused_axes(const Draft& d, int axis_count) {
   return out;
 }
 
-class Dice {
- public:
-  explicit Dice(std::uint64_t seed) : engine_(seed) {}
-  int below(int n) { return static_cast<int>(engine_() % static_cast<std::uint64_t>(n)); }
-  int between(int lo, int hi) { return lo + below(hi - lo + 1); }
-  bool chance(int percent) { return below(100) < percent; }
-  template <class V>
-  void shuffle(V& v) {
-    for (std::size_t i = v.size(); i > 1; --i)
-      std::swap(v[i - 1], v[static_cast<std::size_t>(below(static_cast<int>(i)))]);
-  }
-  template <class V>
-  auto pick(const V& v) {
-    return v[static_cast<std::size_t>(below(static_cast<int>(v.size())))];
-  }
-
- private:
-  std::mt19937_64 engine_;  // same sequence on every platform and rank
-};
+using gshard::test::Dice;
 
 Draft random_draft(Dice& dice, const std::vector<char>& labels, int axis_count) {
   Draft d{labels, std::vector<std::vector<int>>(labels.size()), {}};
