@@ -1,5 +1,7 @@
 #pragma once
 // The umbrella header: users include this and nothing else.
+#include "autodiff/grad.hpp"
+#include "autodiff/graph.hpp"
 #include "comm/collectives.hpp"
 #include "comm/counters.hpp"
 #include "core/diagnostics.hpp"
@@ -8,11 +10,15 @@
 #include "core/fixed_string.hpp"
 #include "core/layout.hpp"
 #include "core/operators.hpp"
+#include "expr/contraction.hpp"
 #include "expr/elementwise.hpp"
 #include "expr/explain.hpp"
 #include "expr/node.hpp"
 #include "mesh/environment.hpp"
 #include "mesh/mesh.hpp"
+#include "nn/clip.hpp"
+#include "nn/optimizers.hpp"
+#include "nn/schedules.hpp"
 #include "ops/conv.hpp"
 #include "ops/einsum.hpp"
 #include "ops/elementwise.hpp"

@@ -22,6 +22,7 @@
 #include <utility>
 
 #include "../kernels/elementwise.hpp"
+#include "contraction.hpp"
 #include "explain.hpp"
 #include "node.hpp"
 
@@ -222,12 +223,21 @@ struct FuseContext {
   Shape offset;  // global offset of this rank's output block, per dimension
   FusedBlock block;
   std::vector<std::shared_ptr<void>> keep;
+  /// The tensor leaves, in the order of their ids (for the backward pass).
+  struct Leaf {
+    std::shared_ptr<GradNode> node;
+    Layout layout;
+    Shape shape;
+  };
+  std::vector<Leaf> leaves;
 
   template <class T>
   LeafEval<T> leaf(const RuntimeTensor<T>& t) {
     // Sizes per label were checked when the expression was built (Map's constructor).
     keep.push_back(std::make_shared<Kokkos::View<T*>>(t.data));
     LeafEval<T> e;
+    e.id = static_cast<int>(leaves.size());
+    leaves.push_back({differentiable_v<T> ? t.grad : nullptr, t.layout, t.shape});
     e.data = t.data.data();
     e.rank = out.rank;
     const Shape ext = local_extents(t.layout, t.shape, mesh.sizes());
@@ -285,10 +295,7 @@ class Map {
 
   /// The value, computed on first use (one kernel for the whole elementwise tree), then kept.
   [[nodiscard]] result_type eval() const {
-    const detail::RuntimeTensor<value_type> r = runtime();
-    result_type out(mesh(), r.shape, r.data);
-    out.set_partial_op(r.partial_op);
-    return out;
+    return detail::sharded_from<result_type>(mesh(), runtime());
   }
   /// eval().to_global(): the whole tensor on every rank. Collective.
   [[nodiscard]] std::vector<value_type> to_global() const { return eval().to_global(); }
@@ -302,7 +309,7 @@ class Map {
     if (s_->value) return *s_->value;
     static_assert(strict_ok<layout>());
     const mesh_type& m = mesh();
-    detail::FuseContext<mesh_type> ctx{m, layout, shape(), Op::name, {}, {}, {}};
+    detail::FuseContext<mesh_type> ctx{m, layout, shape(), Op::name, {}, {}, {}, {}};
     const Shape ext = detail::local_extents(layout, ctx.shape, m.sizes());
     ctx.block.rank = layout.rank;
     ctx.offset.resize(static_cast<std::size_t>(layout.rank));
@@ -320,6 +327,7 @@ class Map {
         detail::product(ext));
     detail::run_fused(ev, out.data(), ctx.block);
     s_->value = detail::RuntimeTensor<value_type>{layout, ctx.shape, out, ReduceOp::sum};
+    if constexpr (detail::differentiable_v<value_type>) record_backward(ev, ctx);
     return *s_->value;
   }
 
@@ -377,6 +385,46 @@ class Map {
     Op op;
     stored kids;
   };
+
+  // The backward of the whole fused tree: for each tracked leaf, one kernel computing the
+  // cotangent times the tree's derivative with respect to that leaf, then a sum over the labels
+  // the leaf broadcast along.
+  template <class Ev, class Ctx>
+  void record_backward(const Ev& ev, Ctx& ctx) const {
+    std::vector<std::shared_ptr<detail::GradNode>> inputs;
+    std::vector<int> ids;
+    for (std::size_t i = 0; i < ctx.leaves.size(); ++i)
+      if (ctx.leaves[i].node) {
+        inputs.push_back(ctx.leaves[i].node);
+        ids.push_back(static_cast<int>(i));
+      }
+    if (inputs.empty()) return;
+    auto backward = [ev, block = ctx.block, keep = ctx.keep, leaves = ctx.leaves, ids,
+                     m = mesh()](const detail::RuntimeTensor<value_type>& g) {
+      detail::Cotangents out;
+      detail::LeafEval<value_type> gl;
+      gl.data = g.data.data();
+      gl.rank = block.rank;
+      std::int64_t stride = 1;
+      for (int d = block.rank - 1; d >= 0; --d) {
+        gl.stride[d] = stride;
+        stride *= block.extent[d];
+      }
+      for (int id : ids) {
+        Kokkos::View<value_type*> v(Kokkos::view_alloc(std::string("gshard::elementwise_grad"),
+                                                       Kokkos::WithoutInitializing),
+                                    g.data.extent(0));
+        detail::run_fused(detail::LeafGradientEval<decltype(gl), Ev>{gl, ev, id}, v.data(), block);
+        const auto& leaf = leaves[static_cast<std::size_t>(id)];
+        detail::RuntimeTensor<value_type> d(g.layout, g.shape, v, ReduceOp::sum);
+        out.push_back(detail::reduce_to_labels(
+            d, leaf.layout, m.state(), detail::axis_name_list<mesh_type>(), leaf.node->is_double));
+      }
+      return out;
+    };
+    detail::record(mesh(), *s_->value, std::string("elementwise ") + Op::name, s_->where,
+                   std::move(inputs), std::move(backward));
+  }
 
   template <class K>
   static void check_shape(const K& k, const Shape& out) {

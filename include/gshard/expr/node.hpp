@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../autodiff/graph.hpp"
 #include "../core/einsum.hpp"
 #include "../core/operators.hpp"
 #include "../spmd/reshard.hpp"
@@ -46,18 +47,9 @@ constexpr auto spec_of() {
   return layout_spec<n>(L, MeshT::axis_names);
 }
 
-/// A tensor as the run-time engine sees it: layout, global shape (layout order), local shard.
-template <class T>
-struct RuntimeTensor {
-  Layout layout{};
-  Shape shape;
-  Kokkos::View<T*> data;
-  ReduceOp partial_op = ReduceOp::sum;
-};
-
 template <class S>
 RuntimeTensor<typename S::value_type> runtime_tensor(const S& t) {
-  return {S::layout, t.shape(), t.local_view(), t.partial_op()};
+  return {S::layout, t.shape(), t.local_view(), t.partial_op(), t.grad_node()};
 }
 
 template <class E>
@@ -130,6 +122,15 @@ inline std::string where_string(const std::source_location& w) {
   return std::string(source_file_name(w.file_name())) + ":" + std::to_string(w.line());
 }
 
+/// A Sharded of type R holding the run-time value `r` (its shard, partial op and autodiff node).
+template <class R, class MeshT, class T>
+R sharded_from(const MeshT& mesh, const RuntimeTensor<T>& r) {
+  R out(mesh, r.shape, r.data);
+  out.set_partial_op(r.partial_op);
+  out.set_grad_node(r.grad);
+  return out;
+}
+
 /// The value of an expression (a Sharded is its own value; a lazy node evaluates once).
 template <class E>
 RuntimeTensor<typename E::value_type> materialise(const E& e) {
@@ -158,7 +159,8 @@ RuntimeTensor<typename E::value_type> materialise_as(const E& e, const Layout& n
   const ReshardPlan plan =
       plan_reshard(t.layout, need, t.shape, mesh.sizes(), mesh.coordinates(),
                    axis_name_list<MeshT>(), static_cast<std::int64_t>(sizeof(T)));
-  RuntimeTensor<T> out{need, shape_in(need, t.layout, t.shape), {}, t.partial_op};
+  // The same global value in another layout: it keeps the node (see spmd reshard).
+  RuntimeTensor<T> out{need, shape_in(need, t.layout, t.shape), {}, t.partial_op, t.grad};
   out.data = ReshardExecutor<T>(plan, mesh.state(), t.partial_op).run(t.data);
   if constexpr (!is_sharded_v<E>) e.node_state().other_layouts.push_back(out);
   return out;
@@ -173,7 +175,7 @@ RuntimeTensor<T> finish_pending(const RuntimeTensor<T>& x, const MeshState& mesh
   const Layout need = finished_layout(x.layout);
   const ReshardPlan plan = plan_reshard(x.layout, need, x.shape, mesh.sizes, mesh.coords,
                                         axis_names, std::int64_t{sizeof(T)});
-  RuntimeTensor<T> out{need, x.shape, {}, ReduceOp::sum};
+  RuntimeTensor<T> out{need, x.shape, {}, ReduceOp::sum, x.grad};
   out.data = ReshardExecutor<T>(plan, mesh, x.partial_op).run(x.data);
   return out;
 }

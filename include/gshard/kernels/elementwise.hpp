@@ -37,12 +37,20 @@ struct Add {
   KOKKOS_INLINE_FUNCTION A operator()(A a, A b) const {
     return a + b;
   }
+  template <class A>
+  KOKKOS_INLINE_FUNCTION A jvp(A, A, A da, A db) const {
+    return da + db;
+  }
 };
 struct Sub {
   GSHARD_OP("sub", sum);
   template <class A>
   KOKKOS_INLINE_FUNCTION A operator()(A a, A b) const {
     return a - b;
+  }
+  template <class A>
+  KOKKOS_INLINE_FUNCTION A jvp(A, A, A da, A db) const {
+    return da - db;
   }
 };
 struct Mul {
@@ -51,12 +59,20 @@ struct Mul {
   KOKKOS_INLINE_FUNCTION A operator()(A a, A b) const {
     return a * b;
   }
+  template <class A>
+  KOKKOS_INLINE_FUNCTION A jvp(A a, A b, A da, A db) const {
+    return da * b + a * db;
+  }
 };
 struct Div {
   GSHARD_OP("div", numerator);
   template <class A>
   KOKKOS_INLINE_FUNCTION A operator()(A a, A b) const {
     return a / b;
+  }
+  template <class A>
+  KOKKOS_INLINE_FUNCTION A jvp(A a, A b, A da, A db) const {
+    return (da - a / b * db) / b;
   }
 };
 struct Neg {
@@ -65,12 +81,20 @@ struct Neg {
   KOKKOS_INLINE_FUNCTION A operator()(A a) const {
     return -a;
   }
+  template <class A>
+  KOKKOS_INLINE_FUNCTION A jvp(A, A da) const {
+    return -da;
+  }
 };
 struct Abs {
   GSHARD_OP("abs", none);
   template <class A>
   KOKKOS_INLINE_FUNCTION A operator()(A a) const {
     return a < A(0) ? A(-a) : a;
+  }
+  template <class A>
+  KOKKOS_INLINE_FUNCTION A jvp(A a, A da) const {
+    return a > A(0) ? da : (a < A(0) ? A(-da) : A(0));
   }
 };
 struct Square {
@@ -79,12 +103,20 @@ struct Square {
   KOKKOS_INLINE_FUNCTION A operator()(A a) const {
     return a * a;
   }
+  template <class A>
+  KOKKOS_INLINE_FUNCTION A jvp(A a, A da) const {
+    return A(2) * a * da;
+  }
 };
 struct Relu {
   GSHARD_OP("relu", none);
   template <class A>
   KOKKOS_INLINE_FUNCTION A operator()(A a) const {
     return a > A(0) ? a : A(0);
+  }
+  template <class A>
+  KOKKOS_INLINE_FUNCTION A jvp(A a, A da) const {
+    return a > A(0) ? da : A(0);
   }
 };
 struct Minimum {
@@ -93,12 +125,20 @@ struct Minimum {
   KOKKOS_INLINE_FUNCTION A operator()(A a, A b) const {
     return b < a ? b : a;
   }
+  template <class A>
+  KOKKOS_INLINE_FUNCTION A jvp(A a, A b, A da, A db) const {
+    return b < a ? db : da;
+  }
 };
 struct Maximum {
   GSHARD_OP("maximum", none);
   template <class A>
   KOKKOS_INLINE_FUNCTION A operator()(A a, A b) const {
     return a < b ? b : a;
+  }
+  template <class A>
+  KOKKOS_INLINE_FUNCTION A jvp(A a, A b, A da, A db) const {
+    return a < b ? db : da;
   }
 };
 /// where(c, a, b): a where c is non-zero, else b.
@@ -109,6 +149,10 @@ struct Where {
   KOKKOS_INLINE_FUNCTION A operator()(C c, A a, A b) const {
     return c != C(0) ? a : b;
   }
+  template <class C, class A>
+  KOKKOS_INLINE_FUNCTION A jvp(C c, A, A, C, A da, A db) const {
+    return c != C(0) ? da : db;
+  }
 };
 template <class U>
 struct Cast {
@@ -117,10 +161,15 @@ struct Cast {
   KOKKOS_INLINE_FUNCTION U operator()(A a) const {
     return static_cast<U>(a);
   }
+  template <class A>
+  KOKKOS_INLINE_FUNCTION U jvp(A, A da) const {
+    return static_cast<U>(da);
+  }
 };
 #undef GSHARD_OP
 
-#define GSHARD_FLOAT_OP(Name, text, body)                   \
+// `body` is f(x); `slope` is f'(x), which the backward pass multiplies by the cotangent.
+#define GSHARD_FLOAT_OP(Name, text, body, slope)            \
   struct Name {                                             \
     static constexpr const char* name = text;               \
     static constexpr Linearity linearity = Linearity::none; \
@@ -129,15 +178,22 @@ struct Cast {
     KOKKOS_INLINE_FUNCTION A operator()(A x) const {        \
       return body;                                          \
     }                                                       \
+    template <class A>                                      \
+    KOKKOS_INLINE_FUNCTION A jvp(A x, A dx) const {         \
+      return (slope)*dx;                                    \
+    }                                                       \
   }
-GSHARD_FLOAT_OP(Exp, "exp", math::exp(x));
-GSHARD_FLOAT_OP(Log, "log", math::log(x));
-GSHARD_FLOAT_OP(Sqrt, "sqrt", math::sqrt(x));
-GSHARD_FLOAT_OP(Rsqrt, "rsqrt", A(1) / math::sqrt(x));
-GSHARD_FLOAT_OP(Tanh, "tanh", math::tanh(x));
-GSHARD_FLOAT_OP(Sigmoid, "sigmoid", A(1) / (A(1) + math::exp(-x)));
-// The exact (erf) form, as PyTorch's default gelu.
-GSHARD_FLOAT_OP(Gelu, "gelu", A(0.5) * x * (A(1) + math::erf(x * A(0.70710678118654752440))));
+GSHARD_FLOAT_OP(Exp, "exp", math::exp(x), math::exp(x));
+GSHARD_FLOAT_OP(Log, "log", math::log(x), A(1) / x);
+GSHARD_FLOAT_OP(Sqrt, "sqrt", math::sqrt(x), A(0.5) / math::sqrt(x));
+GSHARD_FLOAT_OP(Rsqrt, "rsqrt", A(1) / math::sqrt(x), A(-0.5) / (x * math::sqrt(x)));
+GSHARD_FLOAT_OP(Tanh, "tanh", math::tanh(x), A(1) - math::tanh(x) * math::tanh(x));
+GSHARD_FLOAT_OP(Sigmoid, "sigmoid", A(1) / (A(1) + math::exp(-x)),
+                math::exp(-x) / ((A(1) + math::exp(-x)) * (A(1) + math::exp(-x))));
+// The exact (erf) form, as PyTorch's default gelu; slope Phi(x) + x phi(x).
+GSHARD_FLOAT_OP(Gelu, "gelu", A(0.5) * x * (A(1) + math::erf(x * A(0.70710678118654752440))),
+                A(0.5) * (A(1) + math::erf(x * A(0.70710678118654752440))) +
+                    x * math::exp(A(-0.5) * x * x) * A(0.39894228040143267794));
 #undef GSHARD_FLOAT_OP
 
 struct Pow {
@@ -147,6 +203,12 @@ struct Pow {
   template <class A>
   KOKKOS_INLINE_FUNCTION A operator()(A x, A y) const {
     return math::pow(x, y);
+  }
+  // The exponent's term only where it has a tangent (log of a negative base otherwise).
+  template <class A>
+  KOKKOS_INLINE_FUNCTION A jvp(A x, A y, A dx, A dy) const {
+    const A base = dx != A(0) ? y * math::pow(x, y - A(1)) * dx : A(0);
+    return dy != A(0) ? base + math::pow(x, y) * math::log(x) * dy : base;
   }
 };
 }  // namespace op
@@ -170,6 +232,8 @@ struct LeafEval {
   KOKKOS_INLINE_FUNCTION T operator()(std::int64_t j) const {
     return row_start[j * stride[rank > 0 ? rank - 1 : 0]];
   }
+  int id = -1;  // which leaf of the chain (for the backward pass's tangents)
+  KOKKOS_INLINE_FUNCTION T tangent(std::int64_t, int leaf) const { return T(id == leaf ? 1 : 0); }
 };
 
 template <class T>
@@ -177,6 +241,7 @@ struct ScalarEval {
   T value{};
   KOKKOS_INLINE_FUNCTION void row(const std::int64_t*) {}
   KOKKOS_INLINE_FUNCTION T operator()(std::int64_t) const { return value; }
+  KOKKOS_INLINE_FUNCTION T tangent(std::int64_t, int) const { return T(0); }
 };
 
 template <class Op, class... K>
@@ -187,6 +252,9 @@ struct MapEval<Op, A> {
   A a;
   KOKKOS_INLINE_FUNCTION void row(const std::int64_t* idx) { a.row(idx); }
   KOKKOS_INLINE_FUNCTION auto operator()(std::int64_t j) const { return op(a(j)); }
+  KOKKOS_INLINE_FUNCTION auto tangent(std::int64_t j, int leaf) const {
+    return op.jvp(a(j), a.tangent(j, leaf));
+  }
 };
 template <class Op, class A, class B>
 struct MapEval<Op, A, B> {
@@ -198,6 +266,9 @@ struct MapEval<Op, A, B> {
     b.row(idx);
   }
   KOKKOS_INLINE_FUNCTION auto operator()(std::int64_t j) const { return op(a(j), b(j)); }
+  KOKKOS_INLINE_FUNCTION auto tangent(std::int64_t j, int leaf) const {
+    return op.jvp(a(j), b(j), a.tangent(j, leaf), b.tangent(j, leaf));
+  }
 };
 template <class Op, class A, class B, class C>
 struct MapEval<Op, A, B, C> {
@@ -211,6 +282,25 @@ struct MapEval<Op, A, B, C> {
     c.row(idx);
   }
   KOKKOS_INLINE_FUNCTION auto operator()(std::int64_t j) const { return op(a(j), b(j), c(j)); }
+  KOKKOS_INLINE_FUNCTION auto tangent(std::int64_t j, int leaf) const {
+    return op.jvp(a(j), b(j), c(j), a.tangent(j, leaf), b.tangent(j, leaf), c.tangent(j, leaf));
+  }
+};
+
+/// The backward pass of a fused chain for one leaf: the cotangent times the chain's derivative
+/// with respect to that leaf (forward-mode through the chain, in the same one kernel).
+template <class G, class Ev>
+struct LeafGradientEval {
+  G g;
+  Ev ev;
+  int leaf = 0;
+  KOKKOS_INLINE_FUNCTION void row(const std::int64_t* idx) {
+    g.row(idx);
+    ev.row(idx);
+  }
+  KOKKOS_INLINE_FUNCTION auto operator()(std::int64_t j) const {
+    return g(j) * ev.tangent(j, leaf);
+  }
 };
 
 /// The output block of a fused kernel: padded extents, and how much of each is real.

@@ -186,6 +186,10 @@ class Mesh {
 
   /// The shared run-time state (communicators, sizes, coordinates) for non-template code.
   [[nodiscard]] const detail::MeshState& state() const noexcept { return *state_; }
+  /// The same state as a shared handle (kept by autodiff nodes for the backward pass).
+  [[nodiscard]] std::shared_ptr<const detail::MeshState> state_handle() const noexcept {
+    return state_;
+  }
 
   /// "Mesh<data=2, expert=4>"
   [[nodiscard]] std::string describe() const {

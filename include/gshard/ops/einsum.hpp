@@ -3,11 +3,13 @@
 // compile time by the rules of core/einsum.hpp; at run time each operand is resharded to the
 // layout those rules give it (often no communication), then every rank contracts its blocks.
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
 
 #include "../core/einsum.hpp"
+#include "../expr/contraction.hpp"
 #include "../expr/explain.hpp"
 #include "../expr/node.hpp"
 #include "../kernels/contract.hpp"
@@ -91,71 +93,6 @@ constexpr bool check_operand() {
   }
 }
 
-inline LocalBlock local_block(const Layout& l, const Shape& shape,
-                              const std::array<int, max_axes>& sizes) {
-  LocalBlock b;
-  for (int d = 0; d < l.rank; ++d) b.labels += l.dims[d].label;
-  const Shape e = local_extents(l, shape, sizes);
-  b.extents.assign(e.begin(), e.end());
-  return b;
-}
-
-/// The whole sharded einsum on run-time layouts: bring each operand to the layout the rules give
-/// it, contract the local blocks. The typed einsum below and the property tests both run this.
-template <class T>
-RuntimeTensor<T> einsum_runtime(std::string_view text, const EinsumSpec& spec,
-                                const MeshState& mesh, const std::vector<std::string>& axis_names,
-                                const RuntimeTensor<T>& a, const RuntimeTensor<T>* b,
-                                const EinsumLayouts* fixed = nullptr) {
-  const bool binary = b != nullptr;
-  // `fixed`: the rules the caller already applied at compile time (operands brought there).
-  const EinsumLayouts rules =
-      fixed ? *fixed : infer_einsum(spec, a.layout, binary ? b->layout : Layout{});
-  auto size_of = [&](char c) -> std::int64_t {
-    const int da = a.layout.find(c);
-    const int db = binary ? b->layout.find(c) : -1;
-    if (da >= 0 && db >= 0 &&
-        a.shape[static_cast<std::size_t>(da)] != b->shape[static_cast<std::size_t>(db)])
-      throw Error("einsum", "\"" + std::string(text) + "\": label '" + std::string(1, c) +
-                                "' has size " +
-                                std::to_string(a.shape[static_cast<std::size_t>(da)]) +
-                                " in the first operand (global shape " + shape_string(a.shape) +
-                                ") but " + std::to_string(b->shape[static_cast<std::size_t>(db)]) +
-                                " in the second (global shape " + shape_string(b->shape) + ")");
-    return da >= 0 ? a.shape[static_cast<std::size_t>(da)] : b->shape[static_cast<std::size_t>(db)];
-  };
-  for (char c : spec.operands[0]) (void)size_of(c);  // every shared label must agree
-  auto bring = [&](const RuntimeTensor<T>& t, const Layout& need) {
-    // Einsum is linear in sums only: pending max/min copies must not stay pending.
-    if (t.partial_op != ReduceOp::sum && need.partial_count > 0)
-      throw Error("einsum", "\"" + std::string(text) +
-                                "\": an operand holds pending max/min partials; finish them with "
-                                "reshard first");
-    if (t.layout == need) return t;
-    const ReshardPlan plan = plan_reshard(t.layout, need, t.shape, mesh.sizes, mesh.coords,
-                                          axis_names, std::int64_t{sizeof(T)});
-    RuntimeTensor<T> out{need, shape_in(need, t.layout, t.shape), {}, t.partial_op};
-    out.data = ReshardExecutor<T>(plan, mesh, t.partial_op).run(t.data);
-    return out;
-  };
-  const RuntimeTensor<T> an = bring(a, rules.operands[0]);
-  RuntimeTensor<T> out{rules.output, {}, {}, ReduceOp::sum};
-  for (char c : spec.output) out.shape.push_back(size_of(c));
-  const LocalBlock lo = local_block(out.layout, out.shape, mesh.sizes);
-  // contract() writes every element, padding included (zeros): no fill needed.
-  out.data = Kokkos::View<T*>(
-      Kokkos::view_alloc(std::string("gshard::einsum"), Kokkos::WithoutInitializing), lo.size());
-  if (!binary) {
-    contract<T>(an.data.data(), local_block(an.layout, an.shape, mesh.sizes), nullptr, {},
-                out.data.data(), lo);
-  } else {
-    const RuntimeTensor<T> bn = bring(*b, rules.operands[1]);
-    contract<T>(an.data.data(), local_block(an.layout, an.shape, mesh.sizes), bn.data.data(),
-                local_block(bn.layout, bn.shape, mesh.sizes), out.data.data(), lo);
-  }
-  return out;
-}
-
 }  // namespace detail
 
 /// A lazy einsum: evaluated once, when its value is first needed (by eval(), an assignment to a
@@ -195,8 +132,7 @@ class EinsumExpr {
     return out;
   }
   [[nodiscard]] result_type eval() const {
-    const detail::RuntimeTensor<value_type> r = runtime();
-    return result_type(mesh(), r.shape, r.data);
+    return detail::sharded_from<result_type>(mesh(), runtime());
   }
   [[nodiscard]] std::vector<value_type> to_global() const { return eval().to_global(); }
 
@@ -215,10 +151,12 @@ class EinsumExpr {
       s_->value =
           detail::einsum_runtime<value_type>(Einsum.view(), parsed.spec, m.state(),
                                              detail::axis_name_list<mesh_type>(), a, &b, &rules);
+      record_backward(a, &b);
     } else {
       s_->value = detail::einsum_runtime<value_type>(
           Einsum.view(), parsed.spec, m.state(), detail::axis_name_list<mesh_type>(), a,
           static_cast<const detail::RuntimeTensor<value_type>*>(nullptr), &rules);
+      record_backward(a, nullptr);
     }
     return *s_->value;
   }
@@ -262,6 +200,45 @@ class EinsumExpr {
         : detail::NodeState<value_type>{w, {}, {}}, operands(std::move(o)) {}
     Operands operands;
   };
+
+  // Gradient: each operand's cotangent is an einsum of the result's cotangent with the other
+  // operand (saved as the forward pass used it), broadcast along labels summed away.
+  void record_backward(const detail::RuntimeTensor<value_type>& a,
+                       const detail::RuntimeTensor<value_type>* b) const {
+    if (!detail::recording() || !(a.grad || (b && b->grad))) return;
+    using RT = detail::RuntimeTensor<value_type>;
+    // Saved without their nodes: the node keeps its inputs already.
+    RT sa(a.layout, a.shape, a.data, a.partial_op);
+    std::optional<RT> sb;
+    if (b) sb = RT(b->layout, b->shape, b->data, b->partial_op);
+    const bool need_a = a.grad != nullptr;
+    const bool need_b = b && b->grad;
+    auto backward = [sa, sb, need_a, need_b, m = mesh()](const RT& g) {
+      const auto names = detail::axis_name_list<mesh_type>();
+      const std::string_view out = parsed.spec.output;
+      const std::string_view la = parsed.spec.operands[0];
+      detail::Cotangents r;
+      if (need_a)
+        r.push_back(detail::einsum_operand_cotangent<value_type>(
+            out, la, sa.layout, sa.shape, g, binary ? parsed.spec.operands[1] : std::string_view{},
+            sb ? &*sb : nullptr, m.state(), names));
+      else
+        r.push_back(std::nullopt);
+      if constexpr (binary) {
+        if (need_b)
+          r.push_back(detail::einsum_operand_cotangent<value_type>(
+              out, parsed.spec.operands[1], sb->layout, sb->shape, g, la, &sa, m.state(), names));
+        else
+          r.push_back(std::nullopt);
+      }
+      return r;
+    };
+    // Only the operands that are tracked become inputs; others keep a null slot.
+    std::vector<std::shared_ptr<detail::GradNode>> inputs{a.grad};
+    if constexpr (binary) inputs.push_back(b->grad);
+    detail::record(mesh(), *s_->value, std::string("einsum \"").append(Einsum.view()) + "\"",
+                   s_->where, std::move(inputs), std::move(backward));
+  }
 
   std::int64_t size_of(char c) const {
     const auto& a = std::get<0>(s_->operands);

@@ -510,11 +510,15 @@ Target reshard(const Sharded<T, MeshT, Spec>& source) {
     // Same layout: share the shard, like a View copy.
     Target out(source.mesh(), std::move(shape), source.local_view());
     out.set_partial_op(source.partial_op());
+    out.set_grad_node(source.grad_node());
     return out;
   }
   const detail::ReshardExecutor<T> run(plan, source.mesh().state(), source.partial_op());
   Target out(source.mesh(), std::move(shape), run.run(source.local_view()));
   out.set_partial_op(source.partial_op());
+  // The same global value: it keeps the source's node (the backward driver brings each
+  // cotangent to the node's own layout, which is the reverse collective).
+  out.set_grad_node(source.grad_node());
   return out;
 }
 

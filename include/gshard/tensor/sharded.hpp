@@ -6,6 +6,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../autodiff/graph.hpp"
 #include "../comm/collectives.hpp"
 #include "../core/diagnostics.hpp"
 #include "../core/error.hpp"
@@ -123,6 +124,14 @@ class Sharded {
   [[nodiscard]] ReduceOp partial_op() const noexcept { return partial_op_; }
   void set_partial_op(ReduceOp op) noexcept { partial_op_ = op; }
 
+  /// The autodiff node that made this value (null: not tracked; see gshard::track).
+  [[nodiscard]] const std::shared_ptr<detail::GradNode>& grad_node() const noexcept {
+    return node_;
+  }
+  void set_grad_node(std::shared_ptr<detail::GradNode> n) noexcept { node_ = std::move(n); }
+  /// Whether gradients flow to or through this value.
+  [[nodiscard]] bool tracked() const noexcept { return node_ != nullptr; }
+
   /// The padded local block, flat and row-major in spec order.
   [[nodiscard]] const view_type& local_view() const noexcept { return data_; }
   /// Padded local extent of each dimension (equal on every rank).
@@ -146,6 +155,7 @@ class Sharded {
     Sharded out(mesh_, shape_);
     Kokkos::deep_copy(out.data_, data_);
     out.partial_op_ = partial_op_;
+    out.node_ = node_;  // the same value: gradients flow through a copy as through the original
     return out;
   }
 
@@ -174,6 +184,7 @@ class Sharded {
       } else {
         Result out(mesh_, shape_, data_);
         out.set_partial_op(partial_op_);
+        out.set_grad_node(detail::relabel_node<T>(mesh_, node_, layout, Result::layout, shape_));
         return out;
       }
     }
@@ -306,6 +317,7 @@ class Sharded {
   Shape shape_;
   view_type data_;
   ReduceOp partial_op_ = ReduceOp::sum;
+  std::shared_ptr<detail::GradNode> node_;
 
   template <class, class, fixed_string>
   friend class Sharded;

@@ -1,0 +1,276 @@
+#pragma once
+// The backward driver: gshard::track marks parameters, gshard::grad(loss, params...) walks the
+// recorded graph from the loss in reverse creation order and returns one gradient per parameter,
+// in the parameter's own layout type.
+//
+// Cotangents flow in whatever layout the backward of each op produced them; before a node's
+// backward runs, its accumulated cotangent is brought to the node's layout by the reshard
+// engine. That one step is every collective's backward: a cotangent split where the value was
+// replicated is all-gathered, one that is partial where the value is split is reduce-scattered,
+// one for a value with pending partial sums is the same on every copy (broadcast, no data
+// moves). A cotangent that is partial over an axis the value does not use stays partial, so the
+// gradient of a replicated weight used with data-split activations is reduced once, at the end.
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "../expr/node.hpp"
+#include "graph.hpp"
+
+namespace gshard {
+
+namespace detail {
+
+/// The layout a node's cotangent is brought to: the node's dimensions, with the cotangent's
+/// pending partial axes that the node neither splits nor holds partials on.
+inline Layout cotangent_layout(const GradNode& n, const Layout& g) {
+  Layout l = finished_layout(n.layout);
+  for (int i = 0; i < g.partial_count; ++i) {
+    const int a = g.partial[i];
+    if (n.layout.is_partial(a) || n.layout.dim_on_axis(a) >= 0) continue;
+    l.partial[l.partial_count++] = a;
+  }
+  return l;
+}
+
+inline std::string node_text(const GradNode& n) {
+  std::string s = n.op;
+  if (n.where.line() != 0) s += " at " + where_string(n.where);
+  return s + " (\"" + layout_text(n.layout, n.axis_names) + "\", global shape " +
+         shape_string(n.shape) + ")";
+}
+
+/// `g` brought to `need` (the same labels) with the reshard engine.
+template <class T>
+RuntimeTensor<T> bring_cotangent(const RuntimeTensor<T>& g, const Layout& need, const GradNode& n) {
+  if (g.layout == need) return g;
+  if (!same_label_set(g.layout, need))
+    throw Error("grad", "internal: a cotangent with layout \"" +
+                            layout_text(g.layout, n.axis_names) + "\" reached " + node_text(n));
+  const MeshState& mesh = *n.mesh;
+  const ReshardPlan plan = plan_reshard(g.layout, need, g.shape, mesh.sizes, mesh.coords,
+                                        n.axis_names, std::int64_t{sizeof(T)});
+  RuntimeTensor<T> out(need, shape_in(need, g.layout, g.shape), {}, ReduceOp::sum);
+  out.data = ReshardExecutor<T>(plan, mesh, ReduceOp::sum).run(g.data);
+  return out;
+}
+
+template <class T>
+RuntimeTensor<T> add_cotangents(const RuntimeTensor<T>& a, const RuntimeTensor<T>& b) {
+  Kokkos::View<T*> out(
+      Kokkos::view_alloc(std::string("gshard::cotangent_sum"), Kokkos::WithoutInitializing),
+      a.data.extent(0));
+  const Kokkos::View<T*> x = a.data;
+  const Kokkos::View<T*> y = b.data;
+  Kokkos::parallel_for(
+      "gshard::cotangent_sum", Kokkos::RangePolicy<>(0, x.extent(0)),
+      KOKKOS_LAMBDA(std::size_t i) { out(i) = x(i) + y(i); });
+  Kokkos::fence();
+  return RuntimeTensor<T>(a.layout, a.shape, out, ReduceOp::sum);
+}
+
+template <class T>
+AnyTensor canonical_cotangent(const AnyTensor& g, const GradNode& n) {
+  RuntimeTensor<T> t = cotangent_as<T>(g);
+  t.grad = nullptr;
+  if (!same_label_set(t.layout, n.layout))
+    throw Error("grad", "internal: a cotangent with layout \"" +
+                            layout_text(t.layout, n.axis_names) + "\" reached " + node_text(n));
+  if (t.shape != shape_in(t.layout, n.layout, n.shape))
+    throw Error("grad", "internal: a cotangent of global shape " + shape_string(t.shape) +
+                            " reached " + node_text(n));
+  return bring_cotangent(t, cotangent_layout(n, t.layout), n);
+}
+
+/// Adds `g` into the cotangent accumulated for node `n` (both brought to a common layout: the
+/// node's, with the partial axes both still hold).
+template <class T>
+AnyTensor accumulate(const std::optional<AnyTensor>& acc, const AnyTensor& g, const GradNode& n) {
+  RuntimeTensor<T> b = std::get<RuntimeTensor<T>>(canonical_cotangent<T>(g, n));
+  if (!acc) return b;
+  RuntimeTensor<T> a = std::get<RuntimeTensor<T>>(*acc);
+  if (!(a.layout == b.layout)) {
+    Layout common = finished_layout(n.layout);
+    for (int i = 0; i < a.layout.partial_count; ++i)
+      if (b.layout.is_partial(a.layout.partial[i]))
+        common.partial[common.partial_count++] = a.layout.partial[i];
+    a = bring_cotangent(a, common, n);
+    b = bring_cotangent(b, common, n);
+  }
+  return add_cotangents(a, b);
+}
+
+inline AnyTensor accumulate_any(const std::optional<AnyTensor>& acc, const AnyTensor& g,
+                                const GradNode& n) {
+  return n.is_double ? accumulate<double>(acc, g, n) : accumulate<float>(acc, g, n);
+}
+
+/// Runs the backward pass from `root` (whose cotangent is `seed`) and returns the cotangent of
+/// each target node (none: the root does not depend on it). Every node visited has its backward
+/// closure dropped as soon as it ran, which frees the values it saved: the graph is used once.
+inline std::vector<std::optional<AnyTensor>> backprop(const std::shared_ptr<GradNode>& root,
+                                                      const AnyTensor& seed,
+                                                      const std::vector<GradNode*>& targets) {
+  NoGrad off;  // the backward pass itself records nothing
+  // Nodes reachable from the root, and whether each leads to a target.
+  std::unordered_map<GradNode*, bool> leads;
+  std::unordered_set<GradNode*> target_set(targets.begin(), targets.end());
+  std::vector<GradNode*> order;
+  {
+    std::vector<std::pair<GradNode*, std::size_t>> stack{{root.get(), 0}};
+    std::unordered_set<GradNode*> seen{root.get()};
+    while (!stack.empty()) {
+      auto& [node, next] = stack.back();
+      if (next < node->inputs.size()) {
+        GradNode* in = node->inputs[next++].get();
+        if (in && seen.insert(in).second) stack.push_back({in, 0});
+        continue;
+      }
+      bool l = target_set.count(node) > 0;
+      for (const auto& in : node->inputs)
+        if (in && leads[in.get()]) l = true;
+      leads[node] = l;
+      order.push_back(node);
+      stack.pop_back();
+    }
+  }
+  std::sort(order.begin(), order.end(),
+            [](const GradNode* a, const GradNode* b) { return a->sequence > b->sequence; });
+  std::unordered_map<GradNode*, std::optional<AnyTensor>> cot;
+  cot[root.get()] = accumulate_any(std::nullopt, seed, *root);
+  for (GradNode* n : order) {
+    if (target_set.count(n)) continue;  // kept for the caller
+    auto it = cot.find(n);
+    if (it == cot.end() || !leads[n]) {
+      if (it != cot.end()) cot.erase(it);
+      continue;
+    }
+    if (n->released)
+      throw Error("grad", "the graph through " + node_text(*n) +
+                              " was already used by an earlier grad(); run the forward pass again "
+                              "(or use gshard::grad once per forward)");
+    if (!n->backward) {
+      cot.erase(it);  // an untracked leaf
+      continue;
+    }
+    const AnyTensor g = std::move(*it->second);
+    cot.erase(it);
+    const Cotangents outs = n->backward(g);
+    if (outs.size() != n->inputs.size())
+      throw Error("grad", "internal: the backward of " + node_text(*n) + " returned " +
+                              std::to_string(outs.size()) + " cotangents for " +
+                              std::to_string(n->inputs.size()) + " inputs");
+    for (std::size_t i = 0; i < outs.size(); ++i) {
+      GradNode* in = n->inputs[i].get();
+      if (!in || !outs[i] || !leads[in]) continue;
+      auto& slot = cot[in];
+      slot = accumulate_any(slot, *outs[i], *in);
+    }
+    // Free what this node saved for the backward pass, now that it ran.
+    n->backward = nullptr;
+    n->released = true;
+  }
+  std::vector<std::optional<AnyTensor>> result;
+  for (GradNode* t : targets) {
+    auto it = cot.find(t);
+    result.push_back(it == cot.end() ? std::nullopt : it->second);
+  }
+  return result;
+}
+
+template <class P>
+constexpr bool trackable_v = false;
+template <class T, class MeshT, fixed_string Spec>
+constexpr bool trackable_v<Sharded<T, MeshT, Spec>> = differentiable_v<T>;
+
+/// The seed of a backward pass: ones in the loss's layout without partials.
+template <class L>
+AnyTensor seed_of(const L& loss) {
+  using T = typename L::value_type;
+  const Layout l = finished_layout(L::layout);
+  Kokkos::View<T*> ones("gshard::grad_seed", static_cast<std::size_t>(loss.local_size()));
+  Kokkos::deep_copy(ones, T(1));
+  return RuntimeTensor<T>(l, loss.shape(), ones, ReduceOp::sum);
+}
+
+/// The gradient of one parameter from its accumulated cotangent: brought to the parameter's own
+/// layout (finishing pending partial sums: the one reduction of data parallelism), or zeros.
+template <class P>
+P gradient_of(const P& p, const std::optional<AnyTensor>& g) {
+  using T = typename P::value_type;
+  if (!g) return P(p.mesh(), p.shape());
+  const RuntimeTensor<T> t = cotangent_as<T>(*g);
+  RuntimeTensor<T> r = bring_cotangent(t, P::layout, *p.grad_node());
+  return P(p.mesh(), p.shape(), r.data);
+}
+
+}  // namespace detail
+
+/// Marks tensors as parameters: gradients flow to them from every op that uses them after this
+/// call (and from copies made after it). Each gets a fresh leaf node.
+template <class... P>
+void track(P&... params) {
+  static_assert((detail::trackable_v<P> && ...),
+                "gshard::track: parameters must be Sharded tensors of float or double");
+  auto one = [](auto& p) {
+    using Q = std::decay_t<decltype(p)>;
+    auto n = detail::make_node<typename Q::value_type>(
+        p.mesh(), "parameter", std::source_location{}, Q::layout, p.shape());
+    n->is_leaf = true;
+    p.set_grad_node(std::move(n));
+  };
+  (one(params), ...);
+}
+
+/// Stops tracking: the tensors become plain values again.
+template <class... P>
+void untrack(P&... params) {
+  (params.set_grad_node(nullptr), ...);
+}
+
+/// The gradient of a scalar loss (rank 0, or a value summed over all its elements) with respect
+/// to each parameter, each in its parameter's type and layout. Collective over the mesh. Uses the
+/// recorded graph once: the values it saved are freed as the backward pass goes.
+template <Expression L, class... P>
+std::tuple<P...> grad(const L& loss, const P&... params) {
+  static_assert(sizeof...(P) > 0, "gshard::grad: name the parameters to differentiate");
+  static_assert((detail::trackable_v<P> && ...),
+                "gshard::grad: parameters must be tracked Sharded tensors of float or double");
+  static_assert(detail::differentiable_v<typename L::value_type>,
+                "gshard::grad: the loss must be float or double");
+  const auto value = [&] {
+    if constexpr (L::is_lazy)
+      return loss.eval();
+    else
+      return loss;
+  }();
+  int i = 0;
+  std::vector<detail::GradNode*> targets;
+  (
+      [&](const auto& p) {
+        if (!p.grad_node())
+          throw Error("grad", "parameter " + std::to_string(i) + " (" + p.describe() +
+                                  ") is not tracked: call gshard::track on it before the "
+                                  "forward pass");
+        targets.push_back(p.grad_node().get());
+        ++i;
+      }(params),
+      ...);
+  if (!value.grad_node())
+    throw Error("grad", "the loss (" + value.describe() +
+                            ") does not depend on any tracked tensor: call gshard::track on the "
+                            "parameters before the forward pass, outside gshard::NoGrad");
+  const auto cot = detail::backprop(value.grad_node(), detail::seed_of(value), targets);
+  return [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return std::tuple<P...>{detail::gradient_of(params, cot[I])...};
+  }
+  (std::index_sequence_for<P...>{});
+}
+
+}  // namespace gshard

@@ -1,0 +1,377 @@
+// Reverse-mode autodiff (autodiff/grad.hpp) through einsum, fused elementwise trees, reshards
+// and relabels: gradients against central finite differences in double on every listed mesh
+// shape with uneven sizes, the data-parallel reduction happening exactly once, the same
+// gradients on every mesh, graph reuse and tracking errors, and small trainings.
+#include "mpi_test.hpp"
+// clang-format off
+#include <gshard/gshard.hpp>
+#include <gshard/nn/optimizers.hpp>
+#include <gshard/nn/schedules.hpp>
+// clang-format on
+
+#include <cmath>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "block_reference.hpp"
+#include "op_checks.hpp"
+
+namespace {
+
+namespace gs = gshard;
+using gs::Shape;
+using gshard::test::listed_mesh_shapes;
+using gshard::test::world_size;
+
+// Values away from the kinks of abs, relu, minimum and maximum (|v| >= 0.2), distinct per index.
+std::vector<double> smooth_values(std::size_t n, unsigned salt) {
+  std::vector<double> v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double u = std::sin(0.7 * static_cast<double>(i) + 1.3 * salt) * 1.5;
+    v[i] = u >= 0 ? u + 0.2 : u - 0.2;
+  }
+  return v;
+}
+
+template <class X>
+X make(const typename X::mesh_type& mesh, const Shape& shape, unsigned salt) {
+  Shape::value_type n = 1;
+  for (auto s : shape) n *= s;
+  return gs::from_global<X>(mesh, shape, smooth_values(static_cast<std::size_t>(n), salt));
+}
+
+// Central differences of loss_of(xs...) for every global element of every input, against
+// gs::grad: returns the relative error ||g - fd|| / ||fd|| over all inputs.
+template <class F, class... X>
+double fd_relative_error(F loss_of, X... xs) {
+  gs::track(xs...);
+  const auto loss = loss_of(xs...);
+  const auto grads = gs::grad(loss, xs...);
+  gs::NoGrad off;
+  const std::tuple<X...> base(xs...);
+  double diff2 = 0, norm2 = 0;
+  const double h = 1e-5;
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (
+        [&] {
+          using XI = std::tuple_element_t<I, std::tuple<X...>>;
+          const XI& x = std::get<I>(base);
+          const std::vector<double> g = std::get<I>(grads).to_global();
+          const std::vector<double> v = x.to_global();
+          for (std::size_t e = 0; e < v.size(); ++e) {
+            auto at = [&](double delta) {
+              std::vector<double> p = v;
+              p[e] += delta;
+              std::tuple<X...> args = base;
+              std::get<I>(args) = gs::from_global<XI>(x.mesh(), x.shape(), p);
+              return std::apply(loss_of, args).to_global()[0];
+            };
+            const double fd = (at(h) - at(-h)) / (2 * h);
+            diff2 += (g[e] - fd) * (g[e] - fd);
+            norm2 += fd * fd;
+          }
+        }(),
+        ...);
+  }
+  (std::index_sequence_for<X...>{});
+  return std::sqrt(diff2) / std::max(std::sqrt(norm2), 1e-30);
+}
+
+// The cases, on one mesh whose axes are x and y (and z).
+template <class M>
+void gradient_cases(const M& mesh) {
+  using D = double;
+  // 1. Einsum contracting a split label (K over y: a partial sum), data split over x.
+  {
+    using X = gs::Sharded<D, M, "B:x K:y">;
+    using W = gs::Sharded<D, M, "K:y H">;
+    using R = gs::Sharded<D, M, "B:x H">;
+    const R r = make<R>(mesh, {5, 3}, 9);
+    auto f = [&](const X& x, const W& w) {
+      return gs::einsum<"BH,BH->">(gs::tanh(gs::einsum<"BK,KH->BH">(x, w)), r).eval();
+    };
+    CHECK(fd_relative_error(f, make<X>(mesh, {5, 7}, 1), make<W>(mesh, {7, 3}, 2)) < 1e-6);
+  }
+  // 2. A label summed away in one operand only (A), and a broadcast operand.
+  {
+    using X = gs::Sharded<D, M, "A:y B C:x">;
+    using W = gs::Sharded<D, M, "C D">;
+    using R = gs::Sharded<D, M, "B D:y">;
+    const R r = make<R>(mesh, {3, 5}, 8);
+    auto f = [&](const X& x, const W& w) {
+      return gs::einsum<"BD,BD->">(gs::einsum<"ABC,CD->BD">(x, w), r).eval();
+    };
+    CHECK(fd_relative_error(f, make<X>(mesh, {3, 3, 5}, 3), make<W>(mesh, {5, 5}, 4)) < 1e-6);
+  }
+  // 3. Unary einsums: a transpose with a sum, then a broadcast product.
+  {
+    using X = gs::Sharded<D, M, "A:x B:y C">;
+    using R = gs::Sharded<D, M, "C A">;
+    const R r = make<R>(mesh, {3, 5}, 7);
+    auto f = [&](const X& x) {
+      auto t = gs::einsum<"ABC->CA">(x);
+      return gs::einsum<"CA,CA->">(t * t, r).eval();
+    };
+    CHECK(fd_relative_error(f, make<X>(mesh, {5, 3, 3}, 5)) < 1e-6);
+  }
+  // 4. Every unary op in one fused tree, with scalars on both sides.
+  {
+    using X = gs::Sharded<D, M, "A:x B:y">;
+    const X r = make<X>(mesh, {5, 7}, 11);
+    auto f = [&](const X& x) {
+      auto a = gs::abs(x);
+      X y = gs::exp(-gs::square(x)) + gs::log(a + 2.0) * gs::sqrt(a + 1.0) +
+            gs::rsqrt(x * x + 1.0) + gs::tanh(x) * gs::sigmoid(x) + gs::gelu(x) +
+            gs::relu(x) * 3.0 - (2.0 - x) / 4.0;
+      return gs::einsum<"AB,AB->">(y, r).eval();
+    };
+    CHECK(fd_relative_error(f, make<X>(mesh, {5, 7}, 6)) < 1e-6);
+  }
+  // 5. Binary ops, broadcasting by label (v along A), where, pow, minimum, maximum, division.
+  {
+    using X = gs::Sharded<D, M, "A:x B">;
+    using V = gs::Sharded<D, M, "B">;
+    using C = gs::Sharded<std::int32_t, M, "A B">;
+    Shape::value_type n = 5 * 4;
+    std::vector<std::int32_t> cv(static_cast<std::size_t>(n));
+    for (std::size_t i = 0; i < cv.size(); ++i) cv[i] = static_cast<std::int32_t>(i % 3 == 0);
+    const C c = gs::from_global<C>(mesh, {5, 4}, cv);
+    const X r = make<X>(mesh, {5, 4}, 12);
+    auto f = [&](const X& x, const V& v) {
+      X y = gs::pow(gs::abs(x) + 1.0, v * 0.5) + gs::minimum(x, v) * gs::maximum(x, v * 2.0) +
+            gs::where(c, x * v, x / (v * v + 1.0)) - v;
+      return gs::einsum<"AB,AB->">(y, r).eval();
+    };
+    CHECK(fd_relative_error(f, make<X>(mesh, {5, 4}, 13), make<V>(mesh, {4}, 14)) < 1e-6);
+  }
+  // 6. Reshards and relabels on the way: gradients come back through the reverse collectives.
+  {
+    using X = gs::Sharded<D, M, "A:x B:y">;
+    using XT = gs::Sharded<D, M, "B:x A">;
+    using W = gs::Sharded<D, M, "P Q:y">;
+    auto f = [&](const X& x, const W& w) {
+      const XT t = gs::reshard<XT>(x);
+      auto p = t.template as<"PQ">();  // "P:x Q"
+      return gs::einsum<"PQ,PQ->">(gs::sigmoid(p) * w, p).eval();
+    };
+    CHECK(fd_relative_error(f, make<X>(mesh, {5, 6}, 15), make<W>(mesh, {6, 5}, 16)) < 1e-6);
+  }
+  // 7. A two-layer MLP, Megatron style (H over y), data over x, with a bias.
+  {
+    using X = gs::Sharded<D, M, "B:x I">;
+    using W1 = gs::Sharded<D, M, "I H:y">;
+    using B1 = gs::Sharded<D, M, "H:y">;
+    using W2 = gs::Sharded<D, M, "H:y O">;
+    using R = gs::Sharded<D, M, "B:x O">;
+    const X x = make<X>(mesh, {6, 3}, 17);
+    const R r = make<R>(mesh, {6, 2}, 18);
+    auto f = [&](const W1& w1, const B1& b1, const W2& w2) {
+      auto h = gs::gelu(gs::einsum<"BI,IH->BH">(x, w1) + b1);
+      return gs::einsum<"BO,BO->">(gs::einsum<"BH,HO->BO">(h, w2), r).eval();
+    };
+    CHECK(fd_relative_error(f, make<W1>(mesh, {3, 5}, 19), make<B1>(mesh, {5}, 20),
+                            make<W2>(mesh, {5, 2}, 21)) < 1e-6);
+  }
+}
+
+template <class M>
+M mesh_of(const std::vector<int>& s) {
+  if constexpr (M::axis_count == 2)
+    return M(MPI_COMM_WORLD, {s[0], s[1]});
+  else
+    return M(MPI_COMM_WORLD, {s[0], s[1], s[2]});
+}
+
+TEST_CASE("gradients equal central finite differences (double) on every mesh shape") {
+  for (const auto& s : listed_mesh_shapes(world_size())) {
+    INFO("mesh " << gshard::test::sizes_text(s));
+    if (s.size() == 2)
+      gradient_cases(mesh_of<gs::Mesh<"x", "y">>(s));
+    else
+      gradient_cases(mesh_of<gs::Mesh<"x", "y", "z">>(s));
+  }
+}
+
+TEST_CASE("data parallelism: a replicated weight's gradient is reduced once, at the end") {
+  using M = gs::Mesh<"x", "y">;
+  for (const auto& s : listed_mesh_shapes(world_size())) {
+    if (s.size() != 2) continue;  // the 2x2x2 mesh is in the finite-difference cases
+    const M mesh = mesh_of<M>(s);
+    INFO("mesh " << gshard::test::sizes_text(s));
+    using X = gs::Sharded<double, M, "B:x I">;
+    using W = gs::Sharded<double, M, "I H">;
+    using R = gs::Sharded<double, M, "B:x H">;
+    const X x = make<X>(mesh, {7, 4}, 1);
+    const R r = make<R>(mesh, {7, 3}, 2);
+    W w = make<W>(mesh, {4, 3}, 3);
+    gs::track(w);
+    const auto loss = gs::einsum<"BH,BH->">(gs::tanh(gs::einsum<"BI,IH->BH">(x, w)), r).eval();
+    gs::comm_counters().reset();
+    const auto [g] = gs::grad(loss, w);
+    const auto ar = gs::comm_counters().get("x", gs::Collective::all_reduce);
+    CHECK(ar.calls == (s[0] > 1 ? 1 : 0));
+    CHECK(ar.bytes == (s[0] > 1 ? 2 * (s[0] - 1) * 12 * 8 / s[0] : 0));
+    CHECK(gs::comm_counters().total().calls == ar.calls);
+    // Against the naive gradient: dW = X^T (r * (1 - tanh^2(XW))).
+    const auto xv = x.to_global(), wv = w.to_global(), rv = r.to_global(), gv = g.to_global();
+    double err = 0;
+    for (int i = 0; i < 4; ++i)
+      for (int h = 0; h < 3; ++h) {
+        double e = 0;
+        for (int b = 0; b < 7; ++b) {
+          double z = 0;
+          for (int k = 0; k < 4; ++k) z += xv[b * 4 + k] * wv[k * 3 + h];
+          e += xv[b * 4 + i] * rv[b * 3 + h] * (1 - std::tanh(z) * std::tanh(z));
+        }
+        err = std::max(err, std::abs(e - gv[i * 3 + h]));
+      }
+    CHECK(err < 1e-12);
+  }
+}
+
+// The float MLP's gradients on one mesh, as global vectors.
+template <class M>
+std::vector<std::vector<float>> float_mlp_gradients(const M& mesh) {
+  using X = gs::Sharded<float, M, "B:x I">;
+  using W1 = gs::Sharded<float, M, "I H:y">;
+  using W2 = gs::Sharded<float, M, "H O">;
+  using R = gs::Sharded<float, M, "B O">;
+  const X x = gs::random_normal<X>(mesh, {9, 6}, 1);
+  W1 w1 = gs::random_normal<W1>(mesh, {6, 10}, 2);
+  W2 w2 = gs::random_normal<W2>(mesh, {10, 3}, 3);
+  const R r = gs::random_normal<R>(mesh, {9, 3}, 4);
+  gs::track(w1, w2);
+  auto h = gs::relu(gs::einsum<"BI,IH->BH">(x, w1));
+  const auto loss = gs::einsum<"BO,BO->">(gs::einsum<"BH,HO->BO">(h, w2), r).eval();
+  const auto [g1, g2] = gs::grad(loss, w1, w2);
+  return {g1.to_global(), g2.to_global()};
+}
+
+TEST_CASE("the same global inputs give the same gradients on every mesh (float)") {
+  using M = gs::Mesh<"x", "y">;
+  const M single(MPI_COMM_SELF, {1, 1});
+  const auto ref = float_mlp_gradients(single);
+  for (const auto& s : listed_mesh_shapes(world_size())) {
+    if (s.size() != 2) continue;
+    INFO("mesh " << gshard::test::sizes_text(s));
+    const auto got = float_mlp_gradients(mesh_of<M>(s));
+    for (std::size_t t = 0; t < ref.size(); ++t) {
+      double diff = 0, norm = 0;
+      for (std::size_t i = 0; i < ref[t].size(); ++i) {
+        diff = std::max(diff, static_cast<double>(std::abs(got[t][i] - ref[t][i])));
+        norm = std::max(norm, static_cast<double>(std::abs(ref[t][i])));
+      }
+      CHECK(diff <= 1e-5 * std::max(1.0, norm));
+    }
+  }
+}
+
+TEST_CASE("graph use: once per forward, tracked parameters only, on every rank alike") {
+  using M = gs::Mesh<"x", "y">;
+  const int n = world_size();
+  const M mesh(MPI_COMM_WORLD, {n, 1});
+  using X = gs::Sharded<double, M, "A:x B">;
+  X x = make<X>(mesh, {5, 3}, 1);
+  X plain = make<X>(mesh, {5, 3}, 2);
+  gs::track(x);
+  auto loss = gs::einsum<"AB,AB->">(gs::exp(x), plain).eval();
+  const auto [g] = gs::grad(loss, x);
+  (void)g;
+  std::string why;
+  try {
+    (void)gs::grad(loss, x);
+  } catch (const gs::Error& e) {
+    why = e.what();
+  }
+  CHECK(why.find("already used by an earlier grad()") != std::string::npos);
+  why.clear();
+  try {
+    (void)gs::grad(gs::einsum<"AB,AB->">(gs::exp(x), plain).eval(), plain);
+  } catch (const gs::Error& e) {
+    why = e.what();
+  }
+  CHECK(why.find("is not tracked") != std::string::npos);
+  why.clear();
+  try {
+    gs::NoGrad off;
+    (void)gs::grad(gs::einsum<"AB,AB->">(gs::exp(x), plain).eval(), x);
+  } catch (const gs::Error& e) {
+    why = e.what();
+  }
+  CHECK(why.find("does not depend on any tracked tensor") != std::string::npos);
+  // A parameter the loss does not use gets a zero gradient.
+  X unused = make<X>(mesh, {5, 3}, 3);
+  gs::track(unused);
+  const auto [gx, gu] = gs::grad(gs::einsum<"AB,AB->">(x * x, plain).eval(), x, unused);
+  for (double v : gu.to_global()) CHECK(v == 0.0);
+  const auto xv = x.to_global(), pv = plain.to_global(), gv = gx.to_global();
+  for (std::size_t i = 0; i < xv.size(); ++i) CHECK(std::abs(gv[i] - 2 * xv[i] * pv[i]) < 1e-12);
+}
+
+TEST_CASE("least squares trains to the known solution with SGD") {
+  using M = gs::Mesh<"x", "y">;
+  const int n = world_size();
+  const M mesh(MPI_COMM_WORLD, {n, 1});
+  using A = gs::Sharded<double, M, "N:x D">;
+  using V = gs::Sharded<double, M, "D">;
+  using Y = gs::Sharded<double, M, "N:x">;
+  const Shape::value_type rows = 23, dims = 4;
+  const A a = gs::random_normal<A>(mesh, {rows, dims}, 5);
+  const std::vector<double> truth{0.5, -1.25, 2.0, 0.75};
+  const V w_true = gs::from_global<V>(mesh, {dims}, truth);
+  const Y y = gs::einsum<"ND,D->N">(a, w_true);
+  V w(mesh, {dims});
+  gs::track(w);
+  gs::nn::Sgd opt({.learning_rate = 0.05, .momentum = 0.9});
+  double first = 0, last = 0;
+  for (int step = 0; step < 300; ++step) {
+    auto res = gs::einsum<"ND,D->N">(a, w) - y;
+    const auto loss = (gs::einsum<"N,N->">(res, res) * (1.0 / rows)).eval();
+    auto [g] = gs::grad(loss, w);
+    const double l = loss.to_global()[0];
+    if (step == 0) first = l;
+    last = l;
+    opt.step(std::tie(w), std::tie(g));
+  }
+  CHECK(last < 1e-12 * first);
+  const auto got = w.to_global();
+  for (std::size_t i = 0; i < truth.size(); ++i) CHECK(std::abs(got[i] - truth[i]) < 1e-6);
+}
+
+TEST_CASE("a 2-layer MLP trains to a teacher's function with Adam") {
+  using M = gs::Mesh<"x", "y">;
+  const int n = world_size();
+  const M mesh(MPI_COMM_WORLD, {n >= 2 ? 2 : 1, n >= 2 ? n / 2 : 1});
+  using X = gs::Sharded<double, M, "B:x I">;
+  using W1 = gs::Sharded<double, M, "I H:y">;
+  using W2 = gs::Sharded<double, M, "H:y O">;
+  using Y = gs::Sharded<double, M, "B:x O">;
+  const X x = gs::random_normal<X>(mesh, {64, 3}, 1);
+  // The teacher has the student's architecture, so zero loss is reachable.
+  const W1 t1 = gs::random_normal<W1>(mesh, {3, 8}, 2);
+  const W2 t2 = gs::random_normal<W2>(mesh, {8, 2}, 3);
+  const Y y = gs::einsum<"BH,HO->BO">(gs::tanh(gs::einsum<"BI,IH->BH">(x, t1)), t2);
+  // A small start (as usual initialisations) keeps tanh out of saturation.
+  W1 w1 = gs::random_normal<W1>(mesh, {3, 8}, 4) * 0.3;
+  W2 w2 = gs::random_normal<W2>(mesh, {8, 2}, 5) * 0.3;
+  gs::track(w1, w2);
+  const int steps = 1500;
+  gs::nn::Adam opt({.learning_rate = gs::nn::cosine(0.02, 10, steps)});
+  double first = 0, last = 0;
+  for (int step = 0; step < steps; ++step) {
+    auto out = gs::einsum<"BH,HO->BO">(gs::tanh(gs::einsum<"BI,IH->BH">(x, w1)), w2);
+    auto err = out - y;
+    const auto loss = (gs::einsum<"BO,BO->">(err, err) * (1.0 / 64)).eval();
+    auto [g1, g2] = gs::grad(loss, w1, w2);
+    const double l = loss.to_global()[0];
+    if (step == 0) first = l;
+    last = l;
+    opt.step(std::tie(w1, w2), std::tie(g1, g2));
+  }
+  INFO("loss " << first << " -> " << last);
+  CHECK(last < 1e-3 * first);
+}
+
+}  // namespace
