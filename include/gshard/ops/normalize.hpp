@@ -205,6 +205,47 @@ RuntimeTensor<T> normalize_runtime(Normalization kind, char label, const MeshSta
   return out;
 }
 
+/// The gradient of softmax (dx = y (g - sum(g y))) and log_softmax (dx = g - exp(y) sum(g)) over
+/// the label, from the result y: the sum over a split label is a partial sum that the broadcast
+/// back finishes (one AllReduce of the reduced size).
+template <class T>
+RuntimeTensor<T> softmax_cotangent(bool log, char label, const RuntimeTensor<T>& y,
+                                   const RuntimeTensor<T>& g, const MeshState& mesh,
+                                   const std::vector<std::string>& axis_names) {
+  const Kokkos::View<T*> gv = g.data;
+  const Kokkos::View<T*> yv = y.data;
+  const std::size_t n = gv.extent(0);
+  Kokkos::View<T*> prod(
+      Kokkos::view_alloc(std::string("gshard::softmax_grad"), Kokkos::WithoutInitializing), n);
+  Kokkos::parallel_for(
+      "gshard::softmax_grad", Kokkos::RangePolicy<>(0, n),
+      KOKKOS_LAMBDA(std::size_t i) { prod(i) = log ? gv(i) : gv(i) * yv(i); });
+  std::string all, kept;
+  for (int d = 0; d < y.layout.rank; ++d) {
+    all += y.layout.dims[d].label;
+    if (y.layout.dims[d].label != label) kept += y.layout.dims[d].label;
+  }
+  const std::string text = all + "->" + kept;
+  const RuntimeTensor<T> summed =
+      einsum_runtime<T>(text, parse_einsum(text).spec, mesh, axis_names,
+                        RuntimeTensor<T>(g.layout, g.shape, prod), nullptr);
+  const Kokkos::View<T*> sv =
+      broadcast_runtime(summed, finished_layout(y.layout), y.shape, mesh, axis_names).data;
+  // 1 on real elements, 0 on padding (exp(y) is not zero there).
+  RuntimeTensor<T> one(Layout{}, Shape{}, Kokkos::View<T*>("gshard::one", 1));
+  Kokkos::deep_copy(one.data, T(1));
+  const Kokkos::View<T*> real =
+      broadcast_runtime(one, finished_layout(y.layout), y.shape, mesh, axis_names).data;
+  Kokkos::View<T*> out(
+      Kokkos::view_alloc(std::string("gshard::softmax_grad"), Kokkos::WithoutInitializing), n);
+  Kokkos::parallel_for(
+      "gshard::softmax_grad", Kokkos::RangePolicy<>(0, n), KOKKOS_LAMBDA(std::size_t i) {
+        out(i) = log ? gv(i) - real(i) * math::exp(yv(i)) * sv(i) : yv(i) * (gv(i) - sv(i));
+      });
+  Kokkos::fence();
+  return RuntimeTensor<T>(g.layout, g.shape, out, ReduceOp::sum);
+}
+
 template <fixed_string Op, fixed_string Label, class P>
 constexpr bool parameter_ok() {
   constexpr Layout pl = P::layout;
@@ -256,7 +297,17 @@ auto normalize_typed(double eps, const E& x, const P&... params) {
     const RuntimeTensor<T> r =
         normalize_runtime<T>(K, label, x.mesh().state(), axis_name_list<MeshT>(), v, eps,
                              ps.empty() ? nullptr : &ps[0], ps.size() < 2 ? nullptr : &ps[1]);
-    return R(x.mesh(), r.shape, r.data);
+    RuntimeTensor<T> result(r.layout, r.shape, r.data, r.partial_op);
+    if constexpr (K == Normalization::softmax || K == Normalization::log_softmax) {
+      const RuntimeTensor<T> y(r.layout, r.shape, r.data);
+      record(
+          x.mesh(), result, op, std::source_location{}, {v.grad},
+          [y, m = x.mesh()](const RuntimeTensor<T>& g) {
+            return Cotangents{AnyTensor(softmax_cotangent<T>(
+                K == Normalization::log_softmax, label, y, g, m.state(), axis_name_list<MeshT>()))};
+          });
+    }
+    return sharded_from<R>(x.mesh(), result);
   }
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../comm/collectives.hpp"
+#include "../expr/contraction.hpp"
 #include "../expr/node.hpp"
 #include "../kernels/math.hpp"
 #include "../spmd/reshard.hpp"
@@ -445,6 +446,44 @@ Reduced<T> reduce_runtime(Reduction kind, std::string_view labels, const MeshSta
   return r;
 }
 
+/// The gradient of a reduction: the result's cotangent broadcast back along the reduced labels,
+/// times d(result)/dx: 1 (sum), 1/count (mean), the indicator of the extremum (max, min; every
+/// tie gets it), exp(x - result) (logsumexp), x / result (norm).
+template <class T>
+RuntimeTensor<T> reduce_cotangent(Reduction kind, double count, const RuntimeTensor<T>& x,
+                                  const RuntimeTensor<T>& result, const RuntimeTensor<T>& g,
+                                  const MeshState& mesh,
+                                  const std::vector<std::string>& axis_names) {
+  const RuntimeTensor<T> gb = broadcast_runtime(g, x.layout, x.shape, mesh, axis_names);
+  if (kind == Reduction::sum) return gb;
+  Kokkos::View<T*> out(
+      Kokkos::view_alloc(std::string("gshard::reduce_grad"), Kokkos::WithoutInitializing),
+      gb.data.extent(0));
+  const Kokkos::View<T*> gv = gb.data;
+  if (kind == Reduction::mean) {
+    const T scale = static_cast<T>(1.0 / count);
+    Kokkos::parallel_for(
+        "gshard::reduce_grad", Kokkos::RangePolicy<>(0, out.extent(0)),
+        KOKKOS_LAMBDA(std::size_t i) { out(i) = gv(i) * scale; });
+  } else {
+    const Kokkos::View<T*> xv = x.data;
+    const Kokkos::View<T*> rv =
+        broadcast_runtime(result, finished_layout(x.layout), x.shape, mesh, axis_names).data;
+    const bool extremum = kind == Reduction::max || kind == Reduction::min;
+    const bool lse = kind == Reduction::logsumexp;
+    Kokkos::parallel_for(
+        "gshard::reduce_grad", Kokkos::RangePolicy<>(0, out.extent(0)),
+        KOKKOS_LAMBDA(std::size_t i) {
+          const T d =
+              extremum ? T(xv(i) == rv(i) ? 1 : 0)
+                       : (lse ? math::exp(xv(i) - rv(i)) : (rv(i) != T(0) ? xv(i) / rv(i) : T(0)));
+          out(i) = gv(i) * d;
+        });
+  }
+  Kokkos::fence();
+  return RuntimeTensor<T>(gb.layout, gb.shape, out, ReduceOp::sum);
+}
+
 template <Reduction K, fixed_string Op, fixed_string Labels, class E>
 constexpr bool reduce_ok() {
   constexpr ReduceLabelCheck c = check_reduce_labels(Labels.view(), E::layout);
@@ -488,7 +527,26 @@ auto reduce_typed(const E& x) {
     if constexpr (arg) {
       return R(x.mesh(), r.index.shape, r.index.data);
     } else {
-      return R(x.mesh(), r.value.shape, r.value.data);
+      if constexpr (differentiable_v<T>) {
+        if (v.grad && recording()) {
+          double count = 1;
+          for (char c : Labels.view())
+            count *= static_cast<double>(v.shape[static_cast<std::size_t>(v.layout.find(c))]);
+          // A sum or mean needs only the input's layout and shape, not its values.
+          const bool values = K != Reduction::sum && K != Reduction::mean;
+          const RuntimeTensor<T> xs(v.layout, v.shape, values ? v.data : Kokkos::View<T*>{},
+                                    v.partial_op);
+          const RuntimeTensor<T> res(r.value.layout, r.value.shape,
+                                     values ? r.value.data : Kokkos::View<T*>{});
+          record(x.mesh(), r.value, std::string(Op.view()) + "<" + std::string(Labels.view()) + ">",
+                 std::source_location{}, {v.grad},
+                 [xs, res, count, m = x.mesh()](const RuntimeTensor<T>& g) {
+                   return Cotangents{AnyTensor(reduce_cotangent<T>(K, count, xs, res, g, m.state(),
+                                                                   axis_name_list<MeshT>()))};
+                 });
+        }
+      }
+      return sharded_from<R>(x.mesh(), r.value);
     }
   }
 }

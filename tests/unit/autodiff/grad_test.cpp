@@ -158,6 +158,30 @@ void gradient_cases(const M& mesh) {
     };
     CHECK(fd_relative_error(f, make<X>(mesh, {5, 6}, 15), make<W>(mesh, {6, 5}, 16)) < 1e-6);
   }
+  // 8. Reductions over split labels: sum, mean, max, min, logsumexp, norm.
+  {
+    using X = gs::Sharded<D, M, "A:x B:y">;
+    using RA = gs::Sharded<D, M, "A">;
+    using RB = gs::Sharded<D, M, "B">;
+    const RA ra = make<RA>(mesh, {5}, 22);
+    const RB rb = make<RB>(mesh, {7}, 23);
+    auto f = [&](const X& x) {
+      RA a = gs::sum<"B">(x) + gs::logsumexp<"B">(x) + gs::max<"B">(x) + gs::norm<"B">(x);
+      RB b = gs::mean<"A">(x) + gs::min<"A">(x);
+      return (gs::einsum<"A,A->">(a, ra) + gs::einsum<"B,B->">(b, rb)).eval();
+    };
+    CHECK(fd_relative_error(f, make<X>(mesh, {5, 7}, 24)) < 1e-6);
+  }
+  // 9. softmax and log_softmax over a split label.
+  {
+    using X = gs::Sharded<D, M, "A:x B:y">;
+    const X r = make<X>(mesh, {4, 7}, 25);
+    auto f = [&](const X& x) {
+      X y = gs::softmax<"B">(x) * 3.0 + gs::log_softmax<"B">(x * 0.5);
+      return gs::einsum<"AB,AB->">(y, r).eval();
+    };
+    CHECK(fd_relative_error(f, make<X>(mesh, {4, 7}, 26)) < 1e-6);
+  }
   // 7. A two-layer MLP, Megatron style (H over y), data over x, with a bias.
   {
     using X = gs::Sharded<D, M, "B:x I">;
