@@ -1,5 +1,6 @@
 #pragma once
 // The umbrella header: users include this and nothing else.
+#include "autodiff/checkpoint.hpp"
 #include "autodiff/grad.hpp"
 #include "autodiff/graph.hpp"
 #include "comm/collectives.hpp"
@@ -14,6 +15,7 @@
 #include "expr/elementwise.hpp"
 #include "expr/explain.hpp"
 #include "expr/node.hpp"
+#include "kernels/memory.hpp"
 #include "mesh/environment.hpp"
 #include "mesh/mesh.hpp"
 #include "nn/clip.hpp"

@@ -75,8 +75,9 @@ RuntimeTensor<T> add_cotangents(const RuntimeTensor<T>& a, const RuntimeTensor<T
   return RuntimeTensor<T>(a.layout, a.shape, out, ReduceOp::sum);
 }
 
+/// `g` in element type T, checked against the node (labels and global shape), not yet moved.
 template <class T>
-AnyTensor canonical_cotangent(const AnyTensor& g, const GradNode& n) {
+RuntimeTensor<T> checked_cotangent(const AnyTensor& g, const GradNode& n) {
   RuntimeTensor<T> t = cotangent_as<T>(g);
   t.grad = nullptr;
   if (!same_label_set(t.layout, n.layout))
@@ -85,14 +86,15 @@ AnyTensor canonical_cotangent(const AnyTensor& g, const GradNode& n) {
   if (t.shape != shape_in(t.layout, n.layout, n.shape))
     throw Error("grad", "internal: a cotangent of global shape " + shape_string(t.shape) +
                             " reached " + node_text(n));
-  return bring_cotangent(t, cotangent_layout(n, t.layout), n);
+  return t;
 }
 
 /// Adds `g` into the cotangent accumulated for node `n` (both brought to a common layout: the
 /// node's, with the partial axes both still hold).
 template <class T>
-AnyTensor accumulate(const std::optional<AnyTensor>& acc, const AnyTensor& g, const GradNode& n) {
-  RuntimeTensor<T> b = std::get<RuntimeTensor<T>>(canonical_cotangent<T>(g, n));
+AnyTensor accumulate(const std::optional<AnyTensor>& acc, const RuntimeTensor<T>& g,
+                     const GradNode& n) {
+  RuntimeTensor<T> b = bring_cotangent(g, cotangent_layout(n, g.layout), n);
   if (!acc) return b;
   RuntimeTensor<T> a = std::get<RuntimeTensor<T>>(*acc);
   if (!(a.layout == b.layout)) {
@@ -106,17 +108,40 @@ AnyTensor accumulate(const std::optional<AnyTensor>& acc, const AnyTensor& g, co
   return add_cotangents(a, b);
 }
 
-inline AnyTensor accumulate_any(const std::optional<AnyTensor>& acc, const AnyTensor& g,
-                                const GradNode& n) {
-  return n.is_double ? accumulate<double>(acc, g, n) : accumulate<float>(acc, g, n);
+/// The node's cotangent from the contributions its consumers returned. Contributions in the same
+/// layout are added where they are first, so each layout is brought to the node once (a value
+/// read twice through an AllToAll gets one reverse AllToAll, not two).
+template <class T>
+AnyTensor combine(const std::vector<AnyTensor>& parts, const GradNode& n) {
+  std::vector<RuntimeTensor<T>> groups;
+  for (const AnyTensor& p : parts) {
+    RuntimeTensor<T> t = checked_cotangent<T>(p, n);
+    auto same = std::find_if(groups.begin(), groups.end(),
+                             [&](const RuntimeTensor<T>& q) { return q.layout == t.layout; });
+    if (same == groups.end())
+      groups.push_back(std::move(t));
+    else
+      *same = add_cotangents(*same, t);
+  }
+  std::optional<AnyTensor> acc;
+  for (const RuntimeTensor<T>& t : groups) acc = accumulate<T>(acc, t, n);
+  return *acc;
+}
+
+inline AnyTensor combine_any(const std::vector<AnyTensor>& parts, const GradNode& n) {
+  return n.is_double ? combine<double>(parts, n) : combine<float>(parts, n);
 }
 
 /// Runs the backward pass from `root` (whose cotangent is `seed`) and returns the cotangent of
 /// each target node (none: the root does not depend on it). Every node visited has its backward
 /// closure dropped as soon as it ran, which frees the values it saved: the graph is used once.
+/// A graph rebuilt by gshard::checkpoint passes `floor`, the first sequence number of its nodes:
+/// reaching an older node that is not a target means the block used a tracked tensor it was
+/// not given.
 inline std::vector<std::optional<AnyTensor>> backprop(const std::shared_ptr<GradNode>& root,
                                                       const AnyTensor& seed,
-                                                      const std::vector<GradNode*>& targets) {
+                                                      const std::vector<GradNode*>& targets,
+                                                      std::uint64_t floor = 0) {
   NoGrad off;  // the backward pass itself records nothing
   // Nodes reachable from the root, and whether each leads to a target.
   std::unordered_map<GradNode*, bool> leads;
@@ -129,6 +154,11 @@ inline std::vector<std::optional<AnyTensor>> backprop(const std::shared_ptr<Grad
       auto& [node, next] = stack.back();
       if (next < node->inputs.size()) {
         GradNode* in = node->inputs[next++].get();
+        if (in && in->sequence < floor && !target_set.count(in))
+          throw Error("checkpoint",
+                      "the block uses " + node_text(*in) +
+                          ", a tracked tensor it was not given as an input: pass every tracked "
+                          "tensor the block reads to gshard::checkpoint after the function");
         if (in && seen.insert(in).second) stack.push_back({in, 0});
         continue;
       }
@@ -142,8 +172,9 @@ inline std::vector<std::optional<AnyTensor>> backprop(const std::shared_ptr<Grad
   }
   std::sort(order.begin(), order.end(),
             [](const GradNode* a, const GradNode* b) { return a->sequence > b->sequence; });
-  std::unordered_map<GradNode*, std::optional<AnyTensor>> cot;
-  cot[root.get()] = accumulate_any(std::nullopt, seed, *root);
+  // The contributions each node's consumers returned so far, combined when the node runs.
+  std::unordered_map<GradNode*, std::vector<AnyTensor>> cot;
+  cot[root.get()].push_back(seed);
   for (GradNode* n : order) {
     if (target_set.count(n)) continue;  // kept for the caller
     auto it = cot.find(n);
@@ -159,7 +190,7 @@ inline std::vector<std::optional<AnyTensor>> backprop(const std::shared_ptr<Grad
       cot.erase(it);  // an untracked leaf
       continue;
     }
-    const AnyTensor g = std::move(*it->second);
+    const AnyTensor g = combine_any(it->second, *n);
     cot.erase(it);
     const Cotangents outs = n->backward(g);
     if (outs.size() != n->inputs.size())
@@ -169,8 +200,7 @@ inline std::vector<std::optional<AnyTensor>> backprop(const std::shared_ptr<Grad
     for (std::size_t i = 0; i < outs.size(); ++i) {
       GradNode* in = n->inputs[i].get();
       if (!in || !outs[i] || !leads[in]) continue;
-      auto& slot = cot[in];
-      slot = accumulate_any(slot, *outs[i], *in);
+      cot[in].push_back(*outs[i]);
     }
     // Free what this node saved for the backward pass, now that it ran.
     n->backward = nullptr;
@@ -179,7 +209,10 @@ inline std::vector<std::optional<AnyTensor>> backprop(const std::shared_ptr<Grad
   std::vector<std::optional<AnyTensor>> result;
   for (GradNode* t : targets) {
     auto it = cot.find(t);
-    result.push_back(it == cot.end() ? std::nullopt : it->second);
+    if (it == cot.end())
+      result.emplace_back(std::nullopt);
+    else
+      result.emplace_back(combine_any(it->second, *t));
   }
   return result;
 }

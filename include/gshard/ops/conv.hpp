@@ -288,6 +288,20 @@ inline int conv_block_group_rank(const DimLayout& d, int index,
   return r;
 }
 
+/// The hops at which some block needs rows another block holds (data flows from block j to
+/// block j + hop); the same on every rank, decided from shapes.
+inline std::vector<int> conv_hops(const ConvWindow& w, int k) {
+  std::vector<int> hops;
+  for (int hop = -(k - 1); hop <= k - 1; ++hop) {
+    bool any = false;
+    for (int i = 0; i < k && !any && hop != 0; ++i)
+      if (i - hop >= 0 && i - hop < k)
+        any = conv_intersect(conv_window_need(w, i, k), conv_window_held(w, i - hop, k)).size() > 0;
+    if (any) hops.push_back(hop);
+  }
+  return hops;
+}
+
 /// This rank's input widened to every row its output windows need: `start` is the global index
 /// of local row 0 in each window's dimension; other dimensions are the padded local block.
 template <class T>
@@ -317,15 +331,7 @@ ConvHalo<T> conv_exchange_halo(const Layout& l, const Shape& shape, const Kokkos
     const int me = shard_index(dim, mesh.sizes, mesh.coords);
     const ConvRange held = conv_window_held(w, me, k);
     const ConvRange need = conv_window_need(w, me, k);
-    std::vector<int> hops;  // data flows from block j to block j + hop
-    for (int hop = -(k - 1); hop <= k - 1; ++hop) {
-      bool any = false;
-      for (int i = 0; i < k && !any && hop != 0; ++i)
-        if (i - hop >= 0 && i - hop < k)
-          any =
-              conv_intersect(conv_window_need(w, i, k), conv_window_held(w, i - hop, k)).size() > 0;
-      if (any) hops.push_back(hop);
-    }
+    const std::vector<int> hops = conv_hops(w, k);
     // Nothing to fetch and the block is exactly the rows needed (a whole label, "same"
     // padding): use it in place. Hops are the same on every rank, so no rank waits on us.
     if (hops.empty() && need.lo == held.lo && need.size() == h.extents[wd]) {
@@ -465,12 +471,27 @@ inline ConvOutBlock conv_out_block(const Layout& out, Shape shape,
   return b;
 }
 
+/// What the forward pass of a conv or pooling keeps for its backward pass: the layouts it ran
+/// in, the global shapes (in those layouts), the windows, the widened input (its data only when
+/// a backward needs the input's values) and the weights in their rule layout (only when the
+/// input's cotangent is needed).
+template <class T>
+struct ConvSaved {
+  ConvLayouts rules{};
+  Shape x_shape, w_shape, out_shape;
+  std::vector<ConvWindow> wins;
+  ConvHalo<T> halo;
+  Kokkos::View<T*> w;
+};
+
 /// The sharded convolution on run-time layouts (the typed conv1d/conv2d and the property tests
 /// run this): weights to the rule layout, halo exchange, one kernel over the output block.
+/// `saved`, when given, receives what the backward pass needs.
 template <class T>
 RuntimeTensor<T> conv_runtime(const std::string& op, const ConvSpec& spec, const ConvOptions& opt,
                               const MeshState& mesh, const std::vector<std::string>& axis_names,
-                              const RuntimeTensor<T>& x, const RuntimeTensor<T>& w) {
+                              const RuntimeTensor<T>& x, const RuntimeTensor<T>& w,
+                              ConvSaved<T>* saved = nullptr) {
   const std::string xt = conv_operand_text("input", x.layout, x.shape, axis_names);
   const std::string wt = conv_operand_text("weights", w.layout, w.shape, axis_names);
   auto missing = [&](char c, const char* where) {
@@ -524,6 +545,7 @@ RuntimeTensor<T> conv_runtime(const std::string& op, const ConvSpec& spec, const
   const auto n_out = static_cast<std::size_t>(product(ob.extents));
   out.data = Kokkos::View<T*>(
       Kokkos::view_alloc(std::string("gshard::conv"), Kokkos::WithoutInitializing), n_out);
+  if (saved) *saved = ConvSaved<T>{rules, xi.shape, wi.shape, ob.shape, wins, h, wi.data};
   // Kernel geometry in plain arrays (captured by value).
   const int rank = xi.layout.rank;
   const int ns = spec.spatial_count;
@@ -606,8 +628,8 @@ enum class PoolKind { max, avg };
 template <class T>
 RuntimeTensor<T> pool_runtime(const std::string& op, PoolKind kind, const ConvSpec& spec,
                               const PoolOptions& opt, const MeshState& mesh,
-                              const std::vector<std::string>& axis_names,
-                              const RuntimeTensor<T>& x) {
+                              const std::vector<std::string>& axis_names, const RuntimeTensor<T>& x,
+                              ConvSaved<T>* saved = nullptr) {
   const std::string xt = conv_operand_text("input", x.layout, x.shape, axis_names);
   for (int s = 0; s < spec.spatial_count; ++s)
     if (x.layout.find(spec.spatial[static_cast<std::size_t>(s)]) < 0)
@@ -633,6 +655,8 @@ RuntimeTensor<T> pool_runtime(const std::string& op, PoolKind kind, const ConvSp
   const auto n_out = static_cast<std::size_t>(product(ob.extents));
   out.data = Kokkos::View<T*>(
       Kokkos::view_alloc(std::string("gshard::pool"), Kokkos::WithoutInitializing), n_out);
+  if (saved)
+    *saved = ConvSaved<T>{{xi.layout, Layout{}, xi.layout}, xi.shape, {}, ob.shape, wins, h, {}};
   const int rank = xi.layout.rank;
   const int ns = spec.spatial_count;
   std::int64_t xs_raw[max_dims]{};
@@ -691,6 +715,483 @@ RuntimeTensor<T> pool_runtime(const std::string& op, PoolKind kind, const ConvSp
         op_[e] = acc;
       });
   return out;
+}
+
+// ---- Backward passes ----------------------------------------------------------------------
+
+/// dst[box] += src[box], the geometry of copy_box.
+template <class T>
+void conv_add_box(const T* src, T* dst, const BoxCopy& b) {
+  const std::int64_t n = b.volume();
+  if (n == 0) return;
+  Kokkos::parallel_for(
+      "gshard::conv_add_box", Kokkos::RangePolicy<>(0, n), KOKKOS_LAMBDA(std::int64_t e) {
+        std::int64_t rest = e, s = 0, t = 0;
+        for (int d = b.rank - 1; d >= 0; --d) {
+          const std::int64_t i = rest % b.box[d];
+          rest /= b.box[d];
+          s += (b.src_start[d] + i) * b.src_stride[d];
+          t += (b.dst_start[d] + i) * b.dst_stride[d];
+        }
+        dst[t] += src[s];
+      });
+  Kokkos::fence();
+}
+
+/// The adjoint of conv_exchange_halo: `halo` holds a cotangent over the widened block that the
+/// forward built from layout `l`; every row goes back to the block that holds it and is added
+/// there. Windows in reverse order, each hop's send_recv mirrored (rows a rank received at hop h
+/// are returned at hop h, to the rank they came from), so exactly the halo bytes move again.
+/// Returns the local block, padding zero.
+template <class T>
+Kokkos::View<T*> conv_return_halo(const Layout& l, const Shape& shape, Kokkos::View<T*> halo,
+                                  const std::vector<ConvWindow>& wins, const MeshState& mesh,
+                                  const std::vector<std::string>& axis_names) {
+  struct Stage {
+    std::size_t wd = 0;
+    Shape ext, valid;  // the widened block's geometry before this window's exchange
+    ConvRange held, need;
+    std::vector<int> hops;
+    int k = 1, me = 0;
+    bool in_place = false;
+  };
+  std::vector<Stage> stages;
+  Shape ext = local_extents(l, shape, mesh.sizes);
+  Shape valid(static_cast<std::size_t>(l.rank));
+  for (int d = 0; d < l.rank; ++d)
+    valid[static_cast<std::size_t>(d)] =
+        block_of(l.dims[d], shape[static_cast<std::size_t>(d)], mesh.sizes, mesh.coords).valid;
+  for (const ConvWindow& w : wins) {  // replays the forward's decisions
+    Stage st;
+    st.wd = static_cast<std::size_t>(w.dim);
+    st.k = shard_count(l.dims[w.dim], mesh.sizes);
+    st.me = shard_index(l.dims[w.dim], mesh.sizes, mesh.coords);
+    st.held = conv_window_held(w, st.me, st.k);
+    st.need = conv_window_need(w, st.me, st.k);
+    st.hops = conv_hops(w, st.k);
+    st.in_place = st.hops.empty() && st.need.lo == st.held.lo && st.need.size() == ext[st.wd];
+    st.ext = ext;
+    st.valid = valid;
+    if (!st.in_place) {
+      ext[st.wd] = st.need.size();
+      valid[st.wd] = st.need.size();
+    }
+    stages.push_back(std::move(st));
+  }
+  Kokkos::View<T*> cur = halo;
+  Shape cur_ext = ext;
+  for (std::size_t si = stages.size(); si-- > 0;) {
+    const Stage& st = stages[si];
+    const ConvWindow& w = wins[si];
+    if (st.in_place) continue;
+    const std::size_t wd = st.wd;
+    Kokkos::View<T*> out("gshard::conv halo return", static_cast<std::size_t>(product(st.ext)));
+    std::int64_t cur_stride[max_dims]{}, out_stride[max_dims]{};
+    row_major_strides(l.rank, cur_ext.data(), cur_stride);
+    row_major_strides(l.rank, st.ext.data(), out_stride);
+    auto slab = [&](ConvRange r) {
+      BoxCopy b;
+      b.rank = l.rank;
+      for (std::size_t d = 0; d < static_cast<std::size_t>(l.rank); ++d)
+        b.box[d] = d == wd ? r.size() : st.valid[d];
+      return b;
+    };
+    auto with_strides = [&](BoxCopy b, const std::int64_t* ss, std::int64_t s0,
+                            const std::int64_t* ts, std::int64_t t0) {
+      for (std::size_t d = 0; d < static_cast<std::size_t>(l.rank); ++d) {
+        b.src_stride[d] = ss[d];
+        b.dst_stride[d] = ts[d];
+      }
+      b.src_start[wd] = s0;
+      b.dst_start[wd] = t0;
+      return b;
+    };
+    const ConvRange own = conv_intersect(st.held, st.need);
+    if (own.size() > 0)
+      copy_box(cur.data(), out.data(),
+               with_strides(slab(own), cur_stride, own.lo - st.need.lo, out_stride,
+                            own.lo - st.held.lo));
+    const DimLayout& dim = l.dims[w.dim];
+    const auto mask = static_cast<std::size_t>(axes_of(dim));
+    const std::string axes = axes_string(static_cast<unsigned>(mask), axis_names);
+    const int k = st.k, me = st.me;
+    for (const int hop : st.hops) {
+      // Forward: rows `back` came from block me - hop; rows `mine` went to block me + hop.
+      const ConvRange back = me - hop >= 0 && me - hop < k
+                                 ? conv_intersect(st.need, conv_window_held(w, me - hop, k))
+                                 : ConvRange{};
+      const ConvRange mine = me + hop >= 0 && me + hop < k
+                                 ? conv_intersect(conv_window_need(w, me + hop, k), st.held)
+                                 : ConvRange{};
+      const BoxCopy sb = slab(back);
+      const BoxCopy rb = slab(mine);
+      Kokkos::View<T*> send("gshard::conv halo send", static_cast<std::size_t>(sb.volume()));
+      Kokkos::View<T*> recv("gshard::conv halo recv", static_cast<std::size_t>(rb.volume()));
+      std::int64_t packed[max_dims]{};
+      row_major_strides(l.rank, sb.box, packed);
+      if (sb.volume() > 0)
+        copy_box(cur.data(), send.data(),
+                 with_strides(sb, cur_stride, back.lo - st.need.lo, packed, 0));
+      {
+        MpiAccess<T> s(send, true);
+        MpiAccess<T> r(recv, false);
+        send_recv(
+            s.data(), sb.volume(),
+            sb.volume() > 0 ? conv_block_group_rank(dim, me - hop, mesh.sizes) : MPI_PROC_NULL,
+            r.data(), rb.volume(),
+            rb.volume() > 0 ? conv_block_group_rank(dim, me + hop, mesh.sizes) : MPI_PROC_NULL,
+            mesh.groups[mask], axes);
+        r.copy_out();
+      }
+      row_major_strides(l.rank, rb.box, packed);
+      if (rb.volume() > 0)
+        conv_add_box(recv.data(), out.data(),
+                     with_strides(rb, packed, 0, out_stride, mine.lo - st.held.lo));
+    }
+    cur = out;
+    cur_ext = st.ext;
+  }
+  return cur;
+}
+
+/// `base` without partials, then partial over the axes in `mask` (in mesh order).
+inline Layout conv_with_partials(const Layout& base, unsigned mask) {
+  Layout l = finished_layout(base);
+  for (int a = 0; a < max_axes; ++a)
+    if (mask & (1u << a)) l.partial[static_cast<std::size_t>(l.partial_count++)] = a;
+  return l;
+}
+
+/// The cotangent of a conv's input: the transposed convolution of g with the weights, computed
+/// on the widened block (each element gathers from the output positions whose windows read
+/// it, within this rank's output block), then the halo returned and added to its owners. Summed
+/// over this rank's output channels only: partial over O's axes (and over g's own partials).
+template <class T>
+RuntimeTensor<T> conv_input_cotangent(const ConvSpec& spec, const ConvSaved<T>& sv,
+                                      const RuntimeTensor<T>& g, const MeshState& mesh,
+                                      const std::vector<std::string>& axis_names) {
+  const Layout& xl = sv.rules.input;
+  const Layout& wl = sv.rules.weights;
+  const int rank = xl.rank;
+  const int ns = spec.spatial_count;
+  const int dc = xl.find(spec.in_channel);
+  const auto dcu = static_cast<std::size_t>(dc);
+  const Shape hext = sv.halo.extents;
+  const Shape gext = local_extents(g.layout, g.shape, mesh.sizes);
+  const Shape w_ext = local_extents(wl, sv.w_shape, mesh.sizes);
+  std::int64_t gs_raw[max_dims]{}, ws_raw[max_dims]{};
+  row_major_strides(rank, gext.data(), gs_raw);
+  row_major_strides(wl.rank, w_ext.data(), ws_raw);
+  Kokkos::Array<std::int64_t, max_dims> hx{}, gsd{}, role{}, xvalid{};
+  for (int d = 0; d < rank; ++d) {
+    const auto du = static_cast<std::size_t>(d);
+    hx[d] = hext[du];
+    gsd[d] = gs_raw[d];
+    role[d] = d == dc ? -2 : -1;
+    xvalid[d] = block_of(xl.dims[d], sv.x_shape[du], mesh.sizes, mesh.coords).valid;
+  }
+  Kokkos::Array<std::int64_t, 3> stride{}, dil{}, pad{}, start{}, n{}, kext{}, wks{}, ooff{},
+      oval{}, gss{};
+  std::int64_t k_total = 1;
+  for (int s = 0; s < ns; ++s) {
+    const ConvWindow& win = sv.wins[static_cast<std::size_t>(s)];
+    role[win.dim] = s;
+    stride[s] = win.stride;
+    dil[s] = win.dilation;
+    pad[s] = win.pad;
+    start[s] = sv.halo.start[static_cast<std::size_t>(s)];
+    n[s] = win.n;
+    kext[s] = win.k;
+    wks[s] = ws_raw[wl.find(spec.kernel[static_cast<std::size_t>(s)])];
+    const Block ob = block_of(sv.rules.output.dims[win.dim], win.n_out, mesh.sizes, mesh.coords);
+    ooff[s] = ob.offset;
+    oval[s] = ob.valid;
+    gss[s] = gs_raw[win.dim];
+    k_total *= win.k;
+  }
+  const std::int64_t o_valid =
+      block_of(sv.rules.output.dims[dc], sv.out_shape[dcu], mesh.sizes, mesh.coords).valid;
+  const std::int64_t g_o = gs_raw[dc];
+  const std::int64_t ws_o = ws_raw[wl.find(spec.out_channel)];
+  const std::int64_t ws_c = ws_raw[wl.find(spec.in_channel)];
+  const T* gp = g.data.data();
+  const T* wp = sv.w.data();
+  Kokkos::View<T*> dxh(
+      Kokkos::view_alloc(std::string("gshard::conv_grad_x"), Kokkos::WithoutInitializing),
+      static_cast<std::size_t>(product(hext)));
+  T* dp = dxh.data();
+  Kokkos::parallel_for(
+      "gshard::conv_grad_x", Kokkos::RangePolicy<>(0, static_cast<std::int64_t>(dxh.extent(0))),
+      KOKKOS_LAMBDA(std::int64_t e) {
+        std::int64_t rest = e, gbase = 0, wbase = 0;
+        Kokkos::Array<std::int64_t, 3> pos{};
+        bool padding = false;
+        for (int d = rank - 1; d >= 0; --d) {
+          const std::int64_t i = rest % hx[d];
+          rest /= hx[d];
+          if (role[d] == -1) {
+            if (i >= xvalid[d]) padding = true;
+            gbase += i * gsd[d];
+          } else if (role[d] == -2) {
+            if (i >= xvalid[d]) padding = true;
+            wbase += i * ws_c;
+          } else {
+            const auto s = role[d];
+            pos[s] = start[s] + i;
+            if (pos[s] >= n[s]) padding = true;
+          }
+        }
+        T acc{};
+        if (!padding) {
+          for (std::int64_t o = 0; o < o_valid; ++o) {
+            for (std::int64_t kk = 0; kk < k_total; ++kk) {
+              std::int64_t r = kk, gi = gbase + o * g_o, wi = wbase + o * ws_o;
+              bool hit = true;
+              for (int s = ns - 1; s >= 0 && hit; --s) {
+                const std::int64_t ks = r % kext[s];
+                r /= kext[s];
+                const std::int64_t t = pos[s] + pad[s] - ks * dil[s];
+                const std::int64_t ho = t / stride[s] - ooff[s];
+                hit = t >= 0 && t % stride[s] == 0 && ho >= 0 && ho < oval[s];
+                gi += ho * gss[s];
+                wi += ks * wks[s];
+              }
+              if (hit) acc += gp[gi] * wp[wi];
+            }
+          }
+        }
+        dp[e] = acc;
+      });
+  Kokkos::fence();
+  unsigned partial = detail::axes_of(sv.rules.output.dims[dc]);
+  for (int i = 0; i < g.layout.partial_count; ++i)
+    partial |= 1u << g.layout.partial[static_cast<std::size_t>(i)];
+  RuntimeTensor<T> dx(conv_with_partials(xl, partial), sv.x_shape, {}, ReduceOp::sum);
+  dx.data = conv_return_halo(xl, sv.x_shape, dxh, sv.wins, mesh, axis_names);
+  return dx;
+}
+
+/// The cotangent of a conv's weights: the correlation of the widened input with g, summed over
+/// this rank's batch and output positions, so partial over the axes that split them (and over
+/// the input's and g's pending partials); the driver finishes it where the weights need it.
+template <class T>
+RuntimeTensor<T> conv_weight_cotangent(const ConvSpec& spec, const ConvSaved<T>& sv,
+                                       const RuntimeTensor<T>& g, const MeshState& mesh) {
+  const Layout& xl = sv.rules.input;
+  const Layout& wl = sv.rules.weights;
+  const int rank = xl.rank;
+  const int wrank = wl.rank;
+  const int ns = spec.spatial_count;
+  const int dc = xl.find(spec.in_channel);
+  const Shape gext = local_extents(g.layout, g.shape, mesh.sizes);
+  const Shape w_ext = local_extents(wl, sv.w_shape, mesh.sizes);
+  std::int64_t gs_raw[max_dims]{}, xs_raw[max_dims]{};
+  row_major_strides(rank, gext.data(), gs_raw);
+  row_major_strides(rank, sv.halo.extents.data(), xs_raw);
+  Kokkos::Array<std::int64_t, max_dims> gx{}, gsd{}, xsd{}, role{}, gvalid{}, wx{}, wrole{},
+      wvalid{};
+  std::int64_t g_count = 1;  // g's local elements for one output channel
+  for (int d = 0; d < rank; ++d) {
+    const auto du = static_cast<std::size_t>(d);
+    gx[d] = gext[du];
+    gsd[d] = gs_raw[d];
+    xsd[d] = xs_raw[d];
+    role[d] = d == dc ? -2 : -1;
+    gvalid[d] = block_of(g.layout.dims[d], g.shape[du], mesh.sizes, mesh.coords).valid;
+    if (d != dc) g_count *= gext[du];
+  }
+  for (int d = 0; d < wrank; ++d) {
+    const auto du = static_cast<std::size_t>(d);
+    const char c = wl.dims[d].label;
+    wx[d] = w_ext[du];
+    wvalid[d] = block_of(wl.dims[d], sv.w_shape[du], mesh.sizes, mesh.coords).valid;
+    wrole[d] = c == spec.out_channel ? -3 : c == spec.in_channel ? -2 : -1;
+    for (int s = 0; s < ns; ++s)
+      if (c == spec.kernel[static_cast<std::size_t>(s)]) wrole[d] = s;
+  }
+  Kokkos::Array<std::int64_t, 3> stride{}, dil{}, pad{}, start{}, n{}, ooff{};
+  for (int s = 0; s < ns; ++s) {
+    const ConvWindow& win = sv.wins[static_cast<std::size_t>(s)];
+    role[win.dim] = s;
+    stride[s] = win.stride;
+    dil[s] = win.dilation;
+    pad[s] = win.pad;
+    start[s] = sv.halo.start[static_cast<std::size_t>(s)];
+    n[s] = win.n;
+    ooff[s] = block_of(sv.rules.output.dims[win.dim], win.n_out, mesh.sizes, mesh.coords).offset;
+  }
+  const T* gp = g.data.data();
+  const T* xp = sv.halo.data.data();
+  Kokkos::View<T*> dw(
+      Kokkos::view_alloc(std::string("gshard::conv_grad_w"), Kokkos::WithoutInitializing),
+      static_cast<std::size_t>(product(w_ext)));
+  T* dp = dw.data();
+  Kokkos::parallel_for(
+      "gshard::conv_grad_w", Kokkos::RangePolicy<>(0, static_cast<std::int64_t>(dw.extent(0))),
+      KOKKOS_LAMBDA(std::int64_t e) {
+        std::int64_t rest = e, o = 0, c = 0;
+        Kokkos::Array<std::int64_t, 3> ks{};
+        bool padding = false;
+        for (int d = wrank - 1; d >= 0; --d) {
+          const std::int64_t i = rest % wx[d];
+          rest /= wx[d];
+          if (i >= wvalid[d]) padding = true;
+          if (wrole[d] == -3)
+            o = i;
+          else if (wrole[d] == -2)
+            c = i;
+          else if (wrole[d] >= 0)
+            ks[wrole[d]] = i;
+        }
+        T acc{};
+        for (std::int64_t m = 0; m < g_count && !padding; ++m) {
+          std::int64_t r = m, gi = o * gsd[dc], xi = c * xsd[dc];
+          bool inside = true;
+          for (int d = rank - 1; d >= 0 && inside; --d) {
+            if (d == dc) continue;
+            const std::int64_t i = r % gx[d];
+            r /= gx[d];
+            gi += i * gsd[d];
+            if (i >= gvalid[d]) {
+              inside = false;
+            } else if (role[d] == -1) {
+              xi += i * xsd[d];
+            } else {
+              const auto s = role[d];
+              const std::int64_t p = (ooff[s] + i) * stride[s] - pad[s] + ks[s] * dil[s];
+              inside = p >= 0 && p < n[s];
+              xi += (p - start[s]) * xsd[d];
+            }
+          }
+          if (inside) acc += gp[gi] * xp[xi];
+        }
+        dp[e] = acc;
+      });
+  Kokkos::fence();
+  unsigned partial = partial_mask(xl);
+  for (int d = 0; d < rank; ++d)
+    if (d != dc) partial |= detail::axes_of(xl.dims[d]);
+  for (int i = 0; i < g.layout.partial_count; ++i)
+    partial |= 1u << g.layout.partial[static_cast<std::size_t>(i)];
+  return RuntimeTensor<T>(conv_with_partials(wl, partial), sv.w_shape, dw, ReduceOp::sum);
+}
+
+/// The cotangent of a pooling's input on the widened block: each element gathers g from the
+/// windows of this rank's output block that contain it (average: g / window size; max: only
+/// where it is the window's first maximum, as the forward picks), then the halo returned. Linear
+/// in g, so g's pending partials stay pending.
+template <class T>
+RuntimeTensor<T> pool_input_cotangent(PoolKind kind, const ConvSpec& spec, const ConvSaved<T>& sv,
+                                      const RuntimeTensor<T>& g, const MeshState& mesh,
+                                      const std::vector<std::string>& axis_names) {
+  const Layout& xl = sv.rules.input;
+  const int rank = xl.rank;
+  const int ns = spec.spatial_count;
+  const Shape hext = sv.halo.extents;
+  const Shape gext = local_extents(g.layout, g.shape, mesh.sizes);
+  std::int64_t gs_raw[max_dims]{}, xs_raw[max_dims]{};
+  row_major_strides(rank, gext.data(), gs_raw);
+  row_major_strides(rank, hext.data(), xs_raw);
+  Kokkos::Array<std::int64_t, max_dims> hx{}, gsd{}, role{}, xvalid{};
+  for (int d = 0; d < rank; ++d) {
+    const auto du = static_cast<std::size_t>(d);
+    hx[d] = hext[du];
+    gsd[d] = gs_raw[d];
+    role[d] = -1;
+    xvalid[d] = block_of(xl.dims[d], sv.x_shape[du], mesh.sizes, mesh.coords).valid;
+  }
+  Kokkos::Array<std::int64_t, 3> stride{}, start{}, n{}, kext{}, ooff{}, oval{}, gss{}, xss{};
+  std::int64_t k_total = 1;
+  for (int s = 0; s < ns; ++s) {
+    const ConvWindow& win = sv.wins[static_cast<std::size_t>(s)];
+    role[win.dim] = s;
+    stride[s] = win.stride;
+    start[s] = sv.halo.start[static_cast<std::size_t>(s)];
+    n[s] = win.n;
+    kext[s] = win.k;
+    const Block ob = block_of(sv.rules.output.dims[win.dim], win.n_out, mesh.sizes, mesh.coords);
+    ooff[s] = ob.offset;
+    oval[s] = ob.valid;
+    gss[s] = gs_raw[win.dim];
+    xss[s] = xs_raw[win.dim];
+    k_total *= win.k;
+  }
+  const bool is_max = kind == PoolKind::max;
+  const T inv_count = T(1) / static_cast<T>(k_total);
+  const T* gp = g.data.data();
+  const T* xp = is_max ? sv.halo.data.data() : nullptr;
+  Kokkos::View<T*> dxh(
+      Kokkos::view_alloc(std::string("gshard::pool_grad"), Kokkos::WithoutInitializing),
+      static_cast<std::size_t>(product(hext)));
+  T* dp = dxh.data();
+  Kokkos::parallel_for(
+      "gshard::pool_grad", Kokkos::RangePolicy<>(0, static_cast<std::int64_t>(dxh.extent(0))),
+      KOKKOS_LAMBDA(std::int64_t e) {
+        std::int64_t rest = e, gbase = 0;
+        Kokkos::Array<std::int64_t, 3> pos{}, lo{}, cnt{};
+        bool padding = false;
+        for (int d = rank - 1; d >= 0; --d) {
+          const std::int64_t i = rest % hx[d];
+          rest /= hx[d];
+          if (role[d] == -1) {
+            if (i >= xvalid[d]) padding = true;
+            gbase += i * gsd[d];
+          } else {
+            pos[role[d]] = start[role[d]] + i;
+            if (pos[role[d]] >= n[role[d]]) padding = true;
+          }
+        }
+        T acc{};
+        std::int64_t windows = padding ? 0 : 1;
+        for (int s = 0; s < ns && windows > 0; ++s) {
+          // Output positions (local to this rank's block) whose window holds pos[s].
+          const std::int64_t t = pos[s] - kext[s] + 1;
+          std::int64_t first = t <= 0 ? 0 : (t + stride[s] - 1) / stride[s];
+          std::int64_t last = pos[s] / stride[s];
+          first = first > ooff[s] ? first : ooff[s];
+          last = last < ooff[s] + oval[s] - 1 ? last : ooff[s] + oval[s] - 1;
+          lo[s] = first;
+          cnt[s] = last >= first ? last - first + 1 : 0;
+          windows *= cnt[s];
+        }
+        for (std::int64_t m = 0; m < windows; ++m) {
+          std::int64_t r = m, gi = gbase;
+          Kokkos::Array<std::int64_t, 3> ho{};
+          for (int s = ns - 1; s >= 0; --s) {
+            ho[s] = lo[s] + r % cnt[s];
+            r /= cnt[s];
+            gi += (ho[s] - ooff[s]) * gss[s];
+          }
+          if (!is_max) {
+            acc += gp[gi] * inv_count;
+            continue;
+          }
+          // The window's first maximum, scanned in the forward's order.
+          std::int64_t best_at = -1, wbase = e;
+          for (int s = 0; s < ns; ++s) wbase -= (pos[s] - ho[s] * stride[s]) * xss[s];
+          T best{};
+          for (std::int64_t kk = 0; kk < k_total; ++kk) {
+            std::int64_t q = kk, at = wbase;
+            for (int s = ns - 1; s >= 0; --s) {
+              at += (q % kext[s]) * xss[s];
+              q /= kext[s];
+            }
+            if (kk == 0 || xp[at] > best) {
+              best = xp[at];
+              best_at = at;
+            }
+          }
+          if (best_at == e) acc += gp[gi];
+        }
+        dp[e] = acc;
+      });
+  Kokkos::fence();
+  unsigned partial = 0;
+  for (int i = 0; i < g.layout.partial_count; ++i)
+    partial |= 1u << g.layout.partial[static_cast<std::size_t>(i)];
+  RuntimeTensor<T> dx(conv_with_partials(xl, partial), sv.x_shape, {}, ReduceOp::sum);
+  dx.data = conv_return_halo(xl, sv.x_shape, dxh, sv.wins, mesh, axis_names);
+  return dx;
 }
 
 template <fixed_string Spec, bool Pool>
@@ -784,9 +1285,32 @@ auto conv_typed(const X& x, const W& w, const ConvOptions& opt) {
     const std::string op = std::string(Name.view()) + " \"" + std::string(Spec.view()) + "\"";
     const RuntimeTensor<T> xr = materialise_as(x, L.input, op);
     const RuntimeTensor<T> wr = materialise_as(w, L.weights, op);
+    using R = Sharded<T, MeshT, spec_of<MeshT, L.output>()>;
+    if constexpr (differentiable_v<T>) {
+      const bool need_x = xr.grad != nullptr, need_w = wr.grad != nullptr;
+      if (recording() && (need_x || need_w)) {
+        ConvSaved<T> sv;
+        RuntimeTensor<T> r =
+            conv_runtime<T>(op, s, opt, x.mesh().state(), axis_name_list<MeshT>(), xr, wr, &sv);
+        // Keep only what the wanted cotangents read: the weights for dx, the widened input
+        // for dw.
+        if (!need_x) sv.w = {};
+        if (!need_w) sv.halo.data = {};
+        record(x.mesh(), r, op, std::source_location{}, {xr.grad, wr.grad},
+               [cs = s, sv, need_x, need_w, m = x.mesh()](const RuntimeTensor<T>& g) {
+                 Cotangents c(2);
+                 if (need_x)
+                   c[0] = AnyTensor(
+                       conv_input_cotangent<T>(cs, sv, g, m.state(), axis_name_list<MeshT>()));
+                 if (need_w) c[1] = AnyTensor(conv_weight_cotangent<T>(cs, sv, g, m.state()));
+                 return c;
+               });
+        return sharded_from<R>(x.mesh(), r);
+      }
+    }
     const RuntimeTensor<T> r =
         conv_runtime<T>(op, s, opt, x.mesh().state(), axis_name_list<MeshT>(), xr, wr);
-    return Sharded<T, MeshT, spec_of<MeshT, L.output>()>(x.mesh(), r.shape, r.data);
+    return R(x.mesh(), r.shape, r.data);
   }
 }
 
@@ -813,9 +1337,23 @@ auto pool_typed(const X& x, const PoolOptions& opt) {
     static_assert(strict_check<MeshT, Name, 0, X::layout, L>());
     const std::string op = std::string(Name.view()) + " \"" + std::string(Spec.view()) + "\"";
     const RuntimeTensor<T> xr = materialise_as(x, L, op);
-    const RuntimeTensor<T> r = pool_runtime<T>(op, Kind, parse_pool(Spec.view()).spec, opt,
-                                               x.mesh().state(), axis_name_list<MeshT>(), xr);
-    return Sharded<T, MeshT, spec_of<MeshT, L>()>(x.mesh(), r.shape, r.data);
+    constexpr ConvSpec spec = parse_pool(Spec.view()).spec;
+    using R = Sharded<T, MeshT, spec_of<MeshT, L>()>;
+    if (xr.grad && recording()) {
+      ConvSaved<T> sv;
+      RuntimeTensor<T> r =
+          pool_runtime<T>(op, Kind, spec, opt, x.mesh().state(), axis_name_list<MeshT>(), xr, &sv);
+      if (Kind == PoolKind::avg) sv.halo.data = {};  // the average's cotangent needs no values
+      record(x.mesh(), r, op, std::source_location{}, {xr.grad},
+             [cs = spec, sv, m = x.mesh()](const RuntimeTensor<T>& g) {
+               return Cotangents{AnyTensor(
+                   pool_input_cotangent<T>(Kind, cs, sv, g, m.state(), axis_name_list<MeshT>()))};
+             });
+      return sharded_from<R>(x.mesh(), r);
+    }
+    const RuntimeTensor<T> r =
+        pool_runtime<T>(op, Kind, spec, opt, x.mesh().state(), axis_name_list<MeshT>(), xr);
+    return R(x.mesh(), r.shape, r.data);
   }
 }
 

@@ -20,6 +20,13 @@
 // shards must agree, so each rank checks its own shard and one AllReduce of 3 integers runs over
 // exactly the mesh axes that split the indices (none when the indices are replicated, as in the
 // usual embedding lookup). That check is not a reshard, so strict mode does not reject it.
+//
+// Gradients (the table's, the values'; indices get none): the backward of take is a scatter_add
+// of the cotangent at the indices the lookup used, straight into the table's layout of V in the
+// lookup (each rank adds into its own vocabulary shard when V stayed split, so the embedding
+// gradient is never replicated at the table's size), partial over the axes splitting the
+// indices; the backward of scatter_add is a take of the cotangent. Neither re-checks the indices
+// nor communicates; the driver finishes the partial sums when it brings the cotangent home.
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 #include <source_location>
@@ -261,10 +268,13 @@ struct GatherMap {
 
 /// take along `label` on run-time layouts: bring the operands to the rule's layouts, check the
 /// indices, look up locally. The typed take below and the property tests both run this.
+/// `used_indices` receives the indices in the layout the lookup used (kept for the backward);
+/// check = false skips the range check (indices already checked by the forward pass).
 template <class T, class I>
 RuntimeTensor<T> take_runtime(char label, const MeshState& mesh,
                               const std::vector<std::string>& names, const RuntimeTensor<T>& table,
-                              const RuntimeTensor<I>& indices, const TakeLayouts* fixed = nullptr) {
+                              const RuntimeTensor<I>& indices, const TakeLayouts* fixed = nullptr,
+                              RuntimeTensor<I>* used_indices = nullptr, bool check = true) {
   using namespace index_ops;
   const std::string op = std::string("take<\"") + label + "\">";
   const std::string context = "table " + describe(table.layout, table.shape, names) + ", indices " +
@@ -279,7 +289,8 @@ RuntimeTensor<T> take_runtime(char label, const MeshState& mesh,
   if (!rules.ok) throw Error(op, context + ": the result would have more than 8 labels");
   const std::int64_t n = table.shape[static_cast<std::size_t>(vd)];
   const RuntimeTensor<I> idx = bring(indices, rules.indices, mesh, names, op);
-  check_indices(idx, n, mesh, names, op, context);
+  if (check) check_indices(idx, n, mesh, names, op, context);
+  if (used_indices) *used_indices = idx;
   const RuntimeTensor<T> tab = bring(table, rules.table, mesh, names, op);
   if (tab.partial_op != ReduceOp::sum && rules.output.partial_count > 0)
     throw Error(op, context +
@@ -334,12 +345,75 @@ RuntimeTensor<T> take_runtime(char label, const MeshState& mesh,
   return out;
 }
 
+namespace index_ops {
+
+/// The local half of scatter_add: `values` into a zeroed `label` dimension of size n laid out as
+/// `vdim` (its axes must be free in `values`), the indices already in the values' splits of the
+/// index labels and checked. Each rank adds the values whose index falls in its own block of
+/// `vdim` (all of them when `vdim` is replicated): the result is "V M..." partial over the axes
+/// that split the values' index labels and over the values' own pending axes.
+template <class T, class I>
+RuntimeTensor<T> scatter_local(char label, std::int64_t n, const DimLayout& vdim,
+                               const MeshState& mesh, const RuntimeTensor<T>& values,
+                               const RuntimeTensor<I>& idx) {
+  Layout l = scatter_layouts(values.layout, idx.layout, label).output;
+  l.dims[0].axis_count = vdim.axis_count;
+  l.dims[0].axes = vdim.axes;
+  RuntimeTensor<T> out{l, {n}, {}, ReduceOp::sum};
+  for (int d = 0; d < values.layout.rank; ++d)
+    if (idx.layout.find(values.layout.dims[d].label) < 0)
+      out.shape.push_back(values.shape[static_cast<std::size_t>(d)]);
+  const LocalDims lo = local_dims(out.layout, out.shape, mesh);
+  const LocalDims lv = local_dims(values.layout, values.shape, mesh);
+  const LocalDims li = local_dims(idx.layout, idx.shape, mesh);
+  GatherMap m;  // the loop runs over the values' block
+  m.rank = values.layout.rank;
+  for (int d = 0; d < m.rank; ++d) {
+    m.extent[d] = lv.extent[d];
+    m.valid[d] = lv.valid[d];
+    const char c = values.layout.dims[d].label;
+    const int id = idx.layout.find(c);
+    if (id >= 0)
+      m.a_stride[d] = li.stride[id];
+    else
+      m.b_stride[d] = lo.stride[out.layout.find(c)];
+  }
+  m.v_stride = lo.stride[0];
+  m.v_offset = lo.offset[0];
+  m.v_valid = lo.valid[0];
+  out.data = Kokkos::View<T*>("gshard::scatter_add", static_cast<std::size_t>(lo.size));
+  const Kokkos::View<T*> o = out.data;
+  const Kokkos::View<I*> iv = idx.data;
+  const Kokkos::View<T*> vv = values.data;
+  Kokkos::parallel_for(
+      "gshard::scatter_add", Kokkos::RangePolicy<>(0, lv.size),
+      KOKKOS_LAMBDA(const std::int64_t e) {
+        std::int64_t rest = e, ia = 0, ib = 0;
+        for (int d = m.rank - 1; d >= 0; --d) {
+          const std::int64_t c = rest % m.extent[d];
+          rest /= m.extent[d];
+          if (c >= m.valid[d]) return;  // padding adds nothing
+          ia += c * m.a_stride[d];
+          ib += c * m.b_stride[d];
+        }
+        // Indices outside this rank's block of the label belong to another rank.
+        const std::int64_t v = static_cast<std::int64_t>(iv(ia)) - m.v_offset;
+        if (v >= 0 && v < m.v_valid) Kokkos::atomic_add(&o(ib + v * m.v_stride), vv(e));
+      });
+  Kokkos::fence();
+  return out;
+}
+
+}  // namespace index_ops
+
 /// scatter_add into a zeroed `label` dimension of size n, on run-time layouts.
+/// `used_indices` receives the indices in the layout the scatter used (kept for the backward).
 template <class T, class I>
 RuntimeTensor<T> scatter_add_runtime(char label, std::int64_t n, const MeshState& mesh,
                                      const std::vector<std::string>& names,
                                      const RuntimeTensor<T>& values,
-                                     const RuntimeTensor<I>& indices) {
+                                     const RuntimeTensor<I>& indices,
+                                     RuntimeTensor<I>* used_indices = nullptr) {
   using namespace index_ops;
   const std::string op = std::string("scatter_add<\"") + label + "\">";
   const std::string context = "values " + describe(values.layout, values.shape, names) +
@@ -367,45 +441,28 @@ RuntimeTensor<T> scatter_add_runtime(char label, std::int64_t n, const MeshState
   const ScatterLayouts rules = scatter_layouts(values.layout, indices.layout, label);
   const RuntimeTensor<I> idx = bring(indices, rules.indices, mesh, names, op);
   check_indices(idx, n, mesh, names, op, context);
-  RuntimeTensor<T> out{rules.output, {n}, {}, ReduceOp::sum};
-  for (int d = 0; d < values.layout.rank; ++d)
-    if (idx.layout.find(values.layout.dims[d].label) < 0)
-      out.shape.push_back(values.shape[static_cast<std::size_t>(d)]);
-  const LocalDims lo = local_dims(out.layout, out.shape, mesh);
-  const LocalDims lv = local_dims(values.layout, values.shape, mesh);
-  const LocalDims li = local_dims(idx.layout, idx.shape, mesh);
-  GatherMap m;  // the loop runs over the values' block
-  m.rank = values.layout.rank;
-  for (int d = 0; d < m.rank; ++d) {
-    m.extent[d] = lv.extent[d];
-    m.valid[d] = lv.valid[d];
-    const char c = values.layout.dims[d].label;
-    const int id = idx.layout.find(c);
-    if (id >= 0)
-      m.a_stride[d] = li.stride[id];
-    else
-      m.b_stride[d] = lo.stride[out.layout.find(c)];
-  }
-  m.v_stride = lo.stride[0];
-  out.data = Kokkos::View<T*>("gshard::scatter_add", static_cast<std::size_t>(lo.size));
-  const Kokkos::View<T*> o = out.data;
-  const Kokkos::View<I*> iv = idx.data;
-  const Kokkos::View<T*> vv = values.data;
-  Kokkos::parallel_for(
-      "gshard::scatter_add", Kokkos::RangePolicy<>(0, lv.size),
-      KOKKOS_LAMBDA(const std::int64_t e) {
-        std::int64_t rest = e, ia = 0, ib = 0;
-        for (int d = m.rank - 1; d >= 0; --d) {
-          const std::int64_t c = rest % m.extent[d];
-          rest /= m.extent[d];
-          if (c >= m.valid[d]) return;  // padding adds nothing
-          ia += c * m.a_stride[d];
-          ib += c * m.b_stride[d];
-        }
-        const auto v = static_cast<std::int64_t>(iv(ia));
-        Kokkos::atomic_add(&o(ib + v * m.v_stride), vv(e));
-      });
-  return out;
+  if (used_indices) *used_indices = idx;
+  return scatter_local<T, I>(label, n, DimLayout{}, mesh, values, idx);
+}
+
+/// The gradient of take<label> with respect to the table: the cotangent `g` (the take result's
+/// labels) scattered back along `label`, laid out as `vdim` (the table's layout of the label in
+/// the lookup: split when every rank looked up its own vocabulary shard, so the gradient lands
+/// in that shard and nothing of the table's size is replicated).
+template <class T, class I>
+RuntimeTensor<T> take_cotangent(char label, std::int64_t n, const DimLayout& vdim,
+                                const RuntimeTensor<I>& idx, const RuntimeTensor<T>& g,
+                                const MeshState& mesh) {
+  return index_ops::scatter_local<T, I>(label, n, vdim, mesh, g, idx);
+}
+
+/// The gradient of scatter_add<label> with respect to the values: a take of the cotangent `g`
+/// ("V M...") at the same indices (no range check: the forward pass checked them).
+template <class T, class I>
+RuntimeTensor<T> scatter_add_cotangent(char label, const RuntimeTensor<I>& idx,
+                                       const RuntimeTensor<T>& g, const MeshState& mesh,
+                                       const std::vector<std::string>& names) {
+  return take_runtime<T, I>(label, mesh, names, g, idx, nullptr, nullptr, false);
 }
 
 template <class I>
@@ -484,7 +541,6 @@ constexpr bool check_scatter() {
 template <fixed_string Label, Expression Table, Expression Indices>
 auto take(const Table& table, const Indices& indices,
           std::source_location where = std::source_location::current()) {
-  (void)where;
   if constexpr (!detail::check_take<Label, Table, Indices>()) {
     return 0;
   } else {
@@ -497,12 +553,24 @@ auto take(const Table& table, const Indices& indices,
     static_assert(detail::strict_check<MeshT, "take", 0, Table::layout, L.table>() &&
                   detail::strict_check<MeshT, "take", 1, Indices::layout, L.indices>());
     // The engine brings both to the rule's layouts, so its messages name the layouts given.
+    using I = typename Indices::value_type;
     const auto i = detail::materialise(indices);
     const auto t = detail::materialise(table);
     const MeshT& mesh = table.mesh();
-    const detail::RuntimeTensor<T> r = detail::take_runtime<T>(
-        Label.data[0], mesh.state(), detail::axis_name_list<MeshT>(), t, i, &L);
-    return Sharded<T, MeshT, detail::spec_of<MeshT, L.output>()>(mesh, r.shape, r.data);
+    detail::RuntimeTensor<I> used;
+    detail::RuntimeTensor<T> r = detail::take_runtime<T>(
+        Label.data[0], mesh.state(), detail::axis_name_list<MeshT>(), t, i, &L, &used);
+    if constexpr (detail::differentiable_v<T>) {
+      constexpr char label = Label.data[0];
+      constexpr DimLayout vdim = L.table.dims[Table::layout.find(label)];
+      const std::int64_t n = t.shape[static_cast<std::size_t>(t.layout.find(label))];
+      detail::record(mesh, r, std::string("take<\"") + label + "\">", where, {t.grad},
+                     [used, n, vdim, m = mesh](const detail::RuntimeTensor<T>& g) {
+                       return detail::Cotangents{detail::AnyTensor(
+                           detail::take_cotangent<T, I>(label, n, vdim, used, g, m.state()))};
+                     });
+    }
+    return detail::sharded_from<Sharded<T, MeshT, detail::spec_of<MeshT, L.output>()>>(mesh, r);
   }
 }
 
@@ -521,7 +589,6 @@ auto embedding(const Table& table, const Indices& ids,
 template <fixed_string Label, Expression Values, Expression Indices>
 auto scatter_add(const Values& values, const Indices& indices, std::int64_t n,
                  std::source_location where = std::source_location::current()) {
-  (void)where;
   if constexpr (!detail::check_scatter<Label, Values, Indices>()) {
     return 0;
   } else {
@@ -532,12 +599,23 @@ auto scatter_add(const Values& values, const Indices& indices, std::int64_t n,
     constexpr detail::ScatterLayouts L =
         detail::scatter_layouts(Values::layout, Indices::layout, Label.data[0]);
     static_assert(detail::strict_check<MeshT, "scatter_add", 1, Indices::layout, L.indices>());
+    using I = typename Indices::value_type;
     const auto v = detail::materialise(values);
     const auto i = detail::materialise(indices);
     const MeshT& mesh = values.mesh();
-    const detail::RuntimeTensor<T> r = detail::scatter_add_runtime<T>(
-        Label.data[0], n, mesh.state(), detail::axis_name_list<MeshT>(), v, i);
-    return Sharded<T, MeshT, detail::spec_of<MeshT, L.output>()>(mesh, r.shape, r.data);
+    detail::RuntimeTensor<I> used;
+    detail::RuntimeTensor<T> r = detail::scatter_add_runtime<T>(
+        Label.data[0], n, mesh.state(), detail::axis_name_list<MeshT>(), v, i, &used);
+    if constexpr (detail::differentiable_v<T>) {
+      constexpr char label = Label.data[0];
+      detail::record(
+          mesh, r, std::string("scatter_add<\"") + label + "\">", where, {v.grad},
+          [used, m = mesh](const detail::RuntimeTensor<T>& g) {
+            return detail::Cotangents{detail::AnyTensor(detail::scatter_add_cotangent<T, I>(
+                label, used, g, m.state(), detail::axis_name_list<MeshT>()))};
+          });
+    }
+    return detail::sharded_from<Sharded<T, MeshT, detail::spec_of<MeshT, L.output>()>>(mesh, r);
   }
 }
 

@@ -7,8 +7,16 @@
 // the sum of squared deviations from the mean: two passes, stable where E[x^2] - E[x]^2 is not);
 // rms_norm one (the sum of squares). Gain and bias are tensors over the label alone, broadcast by
 // label and read in the input's split of it (resharded to it when they differ).
+//
+// Gradients: layer_norm and rms_norm keep each row's shift (mean; 0 for rms_norm) and scale
+// (1/sqrt(var + eps)) from the forward pass; with xhat = (x - shift) scale and gh = g gain,
+// dx = scale (gh - mean(gh) - xhat mean(gh xhat)) (rms_norm: without mean(gh)), whose two row
+// sums over a split label take ONE AllReduce (both sums in one buffer); dgain = sum of g xhat and
+// dbias = sum of g over the other labels (partial sums over their axes, finished by the driver).
+// All are linear in g, so a cotangent still partial over unsplit axes stays partial.
 #include <Kokkos_Core.hpp>
 
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -91,13 +99,28 @@ Kokkos::View<T*> parameter_block(const std::string& op, const char* what, const 
   return ReshardExecutor<T>(plan, mesh, p.partial_op).run(p.data);
 }
 
+/// What the backward of layer_norm / rms_norm reads from the forward: per-row statistics (one
+/// per row of the padded kept block, in reduce_shape's row order; y = (x - shift) * scale before
+/// gain and bias), the finished input's block and the gain's block in the input's split of the
+/// label (empty: no gain).
+template <class T>
+struct NormStats {
+  Kokkos::View<T*> shift;
+  Kokkos::View<T*> scale;
+  Kokkos::View<T*> input;
+  Kokkos::View<T*> gain;
+  bool has_gain = false;
+};
+
 /// The whole sharded normalisation on run-time layouts (the typed API and the property tests
-/// both run this). `gain` and `bias` may be null. Collective over the mesh.
+/// both run this). `gain` and `bias` may be null. Collective over the mesh. `stats` (optional,
+/// layer_norm and rms_norm) receives each row's shift and scale for the backward pass.
 template <class T>
 RuntimeTensor<T> normalize_runtime(Normalization kind, char label, const MeshState& mesh,
                                    const std::vector<std::string>& axis_names,
                                    const RuntimeTensor<T>& in, double eps,
-                                   const RuntimeTensor<T>* gain, const RuntimeTensor<T>* bias) {
+                                   const RuntimeTensor<T>* gain, const RuntimeTensor<T>* bias,
+                                   NormStats<T>* stats = nullptr) {
   static_assert(std::is_floating_point_v<T>, "gshard normalisation: float or double elements");
   const std::string op = normalization_name(kind);
   const std::string labels(1, label);
@@ -157,6 +180,17 @@ RuntimeTensor<T> normalize_runtime(Normalization kind, char label, const MeshSta
                        ReduceOp::sum};
   const Kokkos::View<T*> y = out.data;
   const Kokkos::View<T*> xv = x.data;
+  const bool keep = stats != nullptr;
+  Kokkos::View<T*> kept_shift, kept_scale;
+  if (keep) {
+    kept_shift = fresh("gshard::normalize shift", rs.out_size);
+    kept_scale = fresh("gshard::normalize scale", rs.out_size);
+    stats->shift = kept_shift;
+    stats->scale = kept_scale;
+    stats->input = x.data;
+    stats->gain = g;
+    stats->has_gain = has_gain;
+  }
   const T e = static_cast<T>(eps);
   const T lowest = -std::numeric_limits<T>::infinity();
   Kokkos::parallel_for(
@@ -190,6 +224,10 @@ RuntimeTensor<T> normalize_runtime(Normalization kind, char label, const MeshSta
           case Normalization::rms_norm:
             scale = static_cast<T>(1) / math::sqrt(s1(row) / count + e);
             break;
+        }
+        if (keep) {
+          kept_shift(row) = shift;
+          kept_scale(row) = scale;
         }
         for (std::int64_t l = 0; l < valid; ++l) {
           const std::int64_t at = base + l * label_stride;
@@ -246,6 +284,96 @@ RuntimeTensor<T> softmax_cotangent(bool log, char label, const RuntimeTensor<T>&
   return RuntimeTensor<T>(g.layout, g.shape, out, ReduceOp::sum);
 }
 
+/// The gradients of layer_norm / rms_norm (see the top of the file) from the result's cotangent
+/// g: {dx, dgain, dbias}, each only where `want` asks (that input is tracked). `x`: the finished
+/// input's layout and shape (the values are in `stats`).
+template <class T>
+Cotangents layer_norm_cotangents(bool rms, char label, const RuntimeTensor<T>& x,
+                                 const NormStats<T>& stats, std::array<bool, 3> want,
+                                 const RuntimeTensor<T>& g, const MeshState& mesh,
+                                 const std::vector<std::string>& axis_names) {
+  const std::string labels(1, label);
+  const ReduceShape rs = reduce_shape(x.layout, x.shape, mesh, labels);
+  const unsigned mask = reduced_axes(x.layout, labels);
+  const int ld = x.layout.find(label);
+  const std::int64_t label_valid = rs.red_valid[0];
+  const std::int64_t label_stride = rs.red_stride[0];
+  const T count = static_cast<T>(x.shape[static_cast<std::size_t>(ld)]);
+  const std::int64_t rows = rs.out_size;
+  const std::size_t n = g.data.extent(0);
+  const Kokkos::View<T*> gain = stats.gain;
+  const bool has_gain = stats.has_gain;
+  const Kokkos::View<T*> gv = g.data;
+  const Kokkos::View<T*> xv = stats.input;
+  const Kokkos::View<T*> shift = stats.shift;
+  const Kokkos::View<T*> scale = stats.scale;
+  // Row sums of gh and gh xhat, one buffer: one AllReduce over the label's axes.
+  Kokkos::View<T*> sums("gshard::layer_norm_grad sums", static_cast<std::size_t>(2 * rows));
+  // g xhat for dgain; zero-filled so that padding stays zero.
+  Kokkos::View<T*> gx("gshard::layer_norm_grad g xhat", want[1] ? n : 0);
+  Kokkos::View<T*> dx("gshard::layer_norm_grad", want[0] ? n : 0);
+  auto row_base = [=](std::int64_t row, bool& pad) {
+    std::int64_t rest = row;
+    std::int64_t base = 0;
+    pad = false;
+    for (int d = rs.kept - 1; d >= 0; --d) {
+      const std::int64_t i = rest % rs.kept_ext[d];
+      rest /= rs.kept_ext[d];
+      pad = pad || i >= rs.kept_valid[d];
+      base += i * rs.kept_stride[d];
+    }
+    return base;
+  };
+  const bool need_gx = want[1];
+  Kokkos::parallel_for(
+      "gshard::layer_norm_grad sums", Kokkos::RangePolicy<>(0, rows),
+      KOKKOS_LAMBDA(const std::int64_t row) {
+        bool pad = false;
+        const std::int64_t base = row_base(row, pad);
+        if (pad) return;
+        T a{}, b{};
+        for (std::int64_t l = 0; l < label_valid; ++l) {
+          const std::int64_t at = base + l * label_stride;
+          const T xhat = (xv(at) - shift(row)) * scale(row);
+          const T gh = has_gain ? gv(at) * gain(l) : gv(at);
+          a += gh;
+          b += gh * xhat;
+          if (need_gx) gx(at) = gv(at) * xhat;
+        }
+        sums(row) = a;
+        sums(rows + row) = b;
+      });
+  Kokkos::fence();
+  Cotangents out(3);
+  if (want[0]) {
+    all_reduce_axes(sums, ReduceOp::sum, mesh, mask, axis_names);
+    Kokkos::parallel_for(
+        "gshard::layer_norm_grad", Kokkos::RangePolicy<>(0, rows),
+        KOKKOS_LAMBDA(const std::int64_t row) {
+          bool pad = false;
+          const std::int64_t base = row_base(row, pad);
+          if (pad) return;
+          const T mean_gh = rms ? T{} : sums(row) / count;
+          const T mean_ghx = sums(rows + row) / count;
+          for (std::int64_t l = 0; l < label_valid; ++l) {
+            const std::int64_t at = base + l * label_stride;
+            const T xhat = (xv(at) - shift(row)) * scale(row);
+            const T gh = has_gain ? gv(at) * gain(l) : gv(at);
+            dx(at) = scale(row) * (gh - mean_gh - xhat * mean_ghx);
+          }
+        });
+    Kokkos::fence();
+    out[0] = AnyTensor(RuntimeTensor<T>(g.layout, g.shape, dx, ReduceOp::sum));
+  }
+  const Layout pl = parameter_layout(x.layout, label);
+  constexpr bool dbl = std::is_same_v<T, double>;
+  if (want[1])
+    out[1] = reduce_to_labels(RuntimeTensor<T>(g.layout, g.shape, gx, ReduceOp::sum), pl, mesh,
+                              axis_names, dbl);
+  if (want[2]) out[2] = reduce_to_labels(g, pl, mesh, axis_names, dbl);
+  return out;
+}
+
 template <fixed_string Op, fixed_string Label, class P>
 constexpr bool parameter_ok() {
   constexpr Layout pl = P::layout;
@@ -294,9 +422,14 @@ auto normalize_typed(double eps, const E& x, const P&... params) {
     const std::string op(Op.view());
     const RuntimeTensor<T> v = materialise_as(x, out, op);
     const std::vector<RuntimeTensor<T>> ps{materialise_as(params, need, op)...};
-    const RuntimeTensor<T> r =
-        normalize_runtime<T>(K, label, x.mesh().state(), axis_name_list<MeshT>(), v, eps,
-                             ps.empty() ? nullptr : &ps[0], ps.size() < 2 ? nullptr : &ps[1]);
+    constexpr bool layer = K == Normalization::layer_norm || K == Normalization::rms_norm;
+    bool any_tracked = v.grad != nullptr;
+    for (const auto& p : ps) any_tracked = any_tracked || p.grad != nullptr;
+    NormStats<T> stats;
+    const bool keep = layer && any_tracked && recording();
+    const RuntimeTensor<T> r = normalize_runtime<T>(
+        K, label, x.mesh().state(), axis_name_list<MeshT>(), v, eps, ps.empty() ? nullptr : &ps[0],
+        ps.size() < 2 ? nullptr : &ps[1], keep ? &stats : nullptr);
     RuntimeTensor<T> result(r.layout, r.shape, r.data, r.partial_op);
     if constexpr (K == Normalization::softmax || K == Normalization::log_softmax) {
       const RuntimeTensor<T> y(r.layout, r.shape, r.data);
@@ -306,6 +439,22 @@ auto normalize_typed(double eps, const E& x, const P&... params) {
             return Cotangents{AnyTensor(softmax_cotangent<T>(
                 K == Normalization::log_softmax, label, y, g, m.state(), axis_name_list<MeshT>()))};
           });
+    } else if (keep) {
+      const RuntimeTensor<T> xs(r.layout, r.shape, Kokkos::View<T*>{});
+      // Sized up front: GCC 12 misreads push_back on such vectors (-Warray-bounds).
+      std::vector<std::shared_ptr<GradNode>> nodes(1 + ps.size());
+      std::array<bool, 3> want{};
+      nodes[0] = v.grad;
+      for (std::size_t i = 0; i < ps.size(); ++i) nodes[i + 1] = ps[i].grad;
+      for (std::size_t i = 0; i < nodes.size(); ++i) want[i] = nodes[i] != nullptr;
+      record(x.mesh(), result, op, std::source_location{}, std::move(nodes),
+             [xs, stats, want, np = ps.size(), m = x.mesh()](const RuntimeTensor<T>& g) {
+               Cotangents c =
+                   layer_norm_cotangents<T>(K == Normalization::rms_norm, label, xs, stats, want, g,
+                                            m.state(), axis_name_list<MeshT>());
+               c.resize(1 + np);
+               return c;
+             });
     }
     return sharded_from<R>(x.mesh(), result);
   }

@@ -14,6 +14,10 @@
 //   random_uniform_like(x, seed, low, high), random_normal_like(x, seed, mean, stddev): a fresh
 //     tensor of x's shape and layout (without x's pending partial axes), equal to random_uniform /
 //     random_normal of that layout (x is not evaluated).
+//
+// Gradients: dropout's is g * keep / (1 - rate), the mask regenerated from (seed, global index)
+// by the same kernel (nothing saved); uniform_noise's is g (the noise is additive); the
+// random_*_like tensors do not depend on x's values and carry no gradient.
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 #include <source_location>
@@ -173,16 +177,20 @@ using unpartial_result = Sharded<typename E::value_type, typename E::mesh_type,
 template <Expression E>
 auto dropout(const E& x, double rate, std::uint64_t seed,
              std::source_location where = std::source_location::current()) {
-  (void)where;
   if constexpr (!detail::check_floating<"dropout", E>()) {
     return 0;
   } else {
     using R = detail::same_layout_result<E>;
+    using T = typename E::value_type;
     const auto v = detail::materialise(x);
-    const auto r = detail::dropout_runtime(x.mesh().state(), v, rate, seed);
-    R out(x.mesh(), r.shape, r.data);
-    out.set_partial_op(r.partial_op);
-    return out;
+    auto r = detail::dropout_runtime(x.mesh().state(), v, rate, seed);
+    // The mask is regenerated from (seed, global index) rather than kept: g * keep / (1 - rate).
+    detail::record(x.mesh(), r, "dropout", where, {v.grad},
+                   [rate, seed, m = x.mesh()](const detail::RuntimeTensor<T>& g) {
+                     return detail::Cotangents{
+                         detail::AnyTensor(detail::dropout_runtime<T>(m.state(), g, rate, seed))};
+                   });
+    return detail::sharded_from<R>(x.mesh(), r);
   }
 }
 
@@ -192,16 +200,18 @@ template <Expression E>
 auto uniform_noise(const E& x, typename E::value_type low, typename E::value_type high,
                    std::uint64_t seed,
                    std::source_location where = std::source_location::current()) {
-  (void)where;
   if constexpr (!detail::check_floating<"uniform_noise", E>()) {
     return 0;
   } else {
     using R = detail::same_layout_result<E>;
+    using T = typename E::value_type;
     const auto v = detail::materialise(x);
-    const auto r = detail::uniform_noise_runtime(x.mesh().state(), v, low, high, seed);
-    R out(x.mesh(), r.shape, r.data);
-    out.set_partial_op(r.partial_op);
-    return out;
+    auto r = detail::uniform_noise_runtime(x.mesh().state(), v, low, high, seed);
+    // The noise is additive and does not depend on x: the cotangent passes through unchanged.
+    detail::record(
+        x.mesh(), r, "uniform_noise", where, {v.grad},
+        [](const detail::RuntimeTensor<T>& g) { return detail::Cotangents{detail::AnyTensor(g)}; });
+    return detail::sharded_from<R>(x.mesh(), r);
   }
 }
 

@@ -3,7 +3,11 @@
 // the input's layout. Each rank scans its padded block along S; when S is split, ONE exclusive
 // scan of the shard totals along S's axes (MPI_Exscan on their sub-communicator) gives each shard
 // the sum of the shards before it, which is added back. A cumulative sum is linear, so pending
-// partial sums stay pending (each copy's scan is a partial of the scan).
+// partial sums stay pending (each copy's scan is a partial of the scan). The gradient is the
+// reverse scan of the cotangent along the label (inclusive for cumsum, exclusive for
+// exclusive_cumsum), sharded the same way; its shard offsets are the totals of the LATER shards,
+// which ONE AllGather of the shard totals over the label's axes gives (MPI_Exscan only runs in
+// rank order).
 #include <Kokkos_Core.hpp>
 
 #include <array>
@@ -80,11 +84,14 @@ inline int scan_shard_of_group_rank(const ScanAxes& s, int r, const MeshState& m
 
 /// The cumulative sum on run-time layouts (the typed API and the property tests run this).
 /// Result: x's layout and shape; padding zero. Pending sum partials stay pending; pending max/min
-/// partials are refused (the scan is not linear in them), like einsum.
+/// partials are refused (the scan is not linear in them), like einsum. `reverse`: sums over the
+/// elements AFTER each one (from the end of the label), the gradient of the forward scan.
 template <class T>
 RuntimeTensor<T> cumsum_runtime(const RuntimeTensor<T>& x, char label, bool exclusive,
-                                const MeshState& mesh, const std::vector<std::string>& axis_names) {
-  const std::string op = exclusive ? "exclusive_cumsum" : "cumsum";
+                                const MeshState& mesh, const std::vector<std::string>& axis_names,
+                                bool reverse = false) {
+  const std::string op =
+      std::string(reverse ? "reverse " : "") + (exclusive ? "exclusive_cumsum" : "cumsum");
   const int d = x.layout.find(label);
   if (d < 0)
     throw Error(op, std::string("label '") + label + "' is not in the input \"" +
@@ -119,7 +126,9 @@ RuntimeTensor<T> cumsum_runtime(const RuntimeTensor<T>& x, char label, bool excl
       "gshard::cumsum local", Kokkos::RangePolicy<>(0, lines), KOKKOS_LAMBDA(const std::int64_t l) {
         const std::int64_t base = (l / inner) * chunk * inner + l % inner;
         T run = T(0);
-        for (std::int64_t j = 0; j < chunk; ++j) {
+        for (std::int64_t step = 0; step < chunk; ++step) {
+          // Reverse: the valid elements from the last, then the padding.
+          const std::int64_t j = !reverse ? step : (step < valid ? valid - 1 - step : step);
           const std::int64_t at = base + j * inner;
           if (j >= valid) {
             o(at) = T(0);
@@ -144,17 +153,19 @@ RuntimeTensor<T> cumsum_runtime(const RuntimeTensor<T>& x, char label, bool excl
   {
     MpiAccess<T> tot(totals, true);
     MpiAccess<T> off(offsets, false);
-    if (s.mesh_order) {
+    if (s.mesh_order && !reverse) {
       exscan(tot.data(), off.data(), lines, ReduceOp::sum, T(0), mesh.groups[s.mask], axes);
     } else {
-      // Shard order (spec order of the axes) differs from the group's rank order (mesh order):
-      // gather every shard's totals (k values per line) and add those of the earlier shards.
+      // Shard order (spec order of the axes) differs from the group's rank order (mesh order),
+      // or the scan runs backwards: gather every shard's totals (k values per line) and add
+      // those of the earlier (reverse: later) shards.
       std::vector<T> all(static_cast<std::size_t>(lines * s.shards));
       all_gather(tot.data(), all.data(), lines, mesh.groups[s.mask], axes);
       T* out_off = off.data();
       for (std::int64_t l = 0; l < lines; ++l) out_off[l] = T(0);
       for (int r = 0; r < s.shards; ++r) {
-        if (scan_shard_of_group_rank(s, r, mesh) >= s.my_shard) continue;
+        const int shard = scan_shard_of_group_rank(s, r, mesh);
+        if (reverse ? shard <= s.my_shard : shard >= s.my_shard) continue;
         const T* from = all.data() + static_cast<std::int64_t>(r) * lines;
         for (std::int64_t l = 0; l < lines; ++l) out_off[l] += from[l];
       }
@@ -190,12 +201,20 @@ template <fixed_string Label, class E>
 scan_result_t<E> cumsum_typed(const E& x, bool exclusive) {
   using R = scan_result_t<E>;
   using MeshT = typename E::mesh_type;
-  const RuntimeTensor<typename E::value_type> in = materialise(x);
-  const auto r =
-      cumsum_runtime(in, Label.view()[0], exclusive, x.mesh().state(), axis_name_list<MeshT>());
-  R out(x.mesh(), r.shape, r.data);
-  out.set_partial_op(r.partial_op);
-  return out;
+  using T = typename E::value_type;
+  constexpr char label = Label.view()[0];
+  const RuntimeTensor<T> in = materialise(x);
+  RuntimeTensor<T> r =
+      cumsum_runtime(in, label, exclusive, x.mesh().state(), axis_name_list<MeshT>());
+  if constexpr (differentiable_v<T>) {
+    record(x.mesh(), r, exclusive ? "exclusive_cumsum" : "cumsum", std::source_location{},
+           {in.grad}, [exclusive, m = x.mesh()](const RuntimeTensor<T>& g) {
+             // g has the result's (= the input's) layout; the reverse scan keeps its partials.
+             return Cotangents{AnyTensor(
+                 cumsum_runtime(g, label, exclusive, m.state(), axis_name_list<MeshT>(), true))};
+           });
+  }
+  return sharded_from<R>(x.mesh(), r);
 }
 
 }  // namespace detail

@@ -11,11 +11,18 @@
 // agreeing with the receiver on the axes that replicate the source) in ONE AllToAllv over
 // those axes, and copies its own pieces locally. When nothing crosses ranks (blocks line up)
 // no collective runs; merge and split whose blocks line up do not even copy.
+//
+// Gradients: each op records the inverse move of its cotangent through the same engine
+// (merge <-> split, slice -> pad with zeros, pad -> slice, concat -> one slice per operand, into
+// that operand's own split), saving no values.
 #include <Kokkos_Core.hpp>
 #include <cstdint>
+#include <memory>
+#include <source_location>
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "../comm/collectives.hpp"
@@ -766,7 +773,57 @@ template <class T, class MeshT, Layout L>
 Sharded<T, MeshT, spec_of<MeshT, L>()> to_sharded(const MeshT& mesh, const RuntimeTensor<T>& r) {
   Sharded<T, MeshT, spec_of<MeshT, L>()> out(mesh, r.shape, r.data);
   out.set_partial_op(r.partial_op);
+  out.set_grad_node(r.grad);
   return out;
+}
+
+// --- gradients ------------------------------------------------------------------------------
+// Every shape op is linear and moves each element at most once, so its backward is the inverse
+// move of the cotangent (merge <-> split, slice <-> pad with zeros, concat -> one slice per
+// operand) through the same engine: sharded like the forward, no values saved, and correct on a
+// cotangent still partial over axes the result does not use.
+
+/// `out` recorded as made by shape op `op` from `inputs` (nothing when none is tracked or the
+/// type is not differentiable). A result that is an input's own value (an identity slice or pad)
+/// gets its own node, so every result is either recorded or untracked.
+template <class T, class MeshT, class Backward>
+void record_shape(const MeshT& mesh, RuntimeTensor<T>& out, const std::string& op,
+                  std::vector<std::shared_ptr<GradNode>> inputs, Backward backward) {
+  out.grad = nullptr;
+  if constexpr (differentiable_v<T>) {
+    record(mesh, out, op, std::source_location{}, std::move(inputs),
+           [b = std::move(backward)](const RuntimeTensor<T>& g) {
+             return Cotangents{AnyTensor(b(g))};
+           });
+  }
+}
+
+/// merge's backward: the merged label split back into `labels` of their input `sizes` (layout:
+/// the labels adjacent, the first holding the merged label's axes; the driver reshards it).
+template <class T>
+RuntimeTensor<T> merge_cotangent(const RuntimeTensor<T>& g, std::string_view labels, char merged,
+                                 const Shape& sizes, const MeshState& mesh,
+                                 const std::vector<std::string>& axis_names) {
+  return split_runtime<T>(g, merged, labels, sizes, mesh, axis_names);
+}
+
+/// split's backward: the labels `into` merged back into `label`.
+template <class T>
+RuntimeTensor<T> split_cotangent(const RuntimeTensor<T>& g, char label, std::string_view into,
+                                 const MeshState& mesh,
+                                 const std::vector<std::string>& axis_names) {
+  return merge_runtime<T>(g, into, label, mesh, axis_names);
+}
+
+/// concat's backward for one operand: positions [offset, offset + size) of `label`, moved
+/// straight into the operand's own split along `label` (as the forward moved it out), the other
+/// dimensions as the cotangent has them.
+template <class T>
+RuntimeTensor<T> concat_cotangent(const RuntimeTensor<T>& g, const Layout& operand, char label,
+                                  std::int64_t offset, std::int64_t size, const MeshState& mesh,
+                                  const std::vector<std::string>& axis_names) {
+  const Layout l = concat_operand_layout(g.layout, operand, label);
+  return shifted_runtime<T>({g}, {-offset}, l, label, 0, size, size, T{}, 0, 0, mesh, axis_names);
 }
 
 }  // namespace detail
@@ -788,9 +845,18 @@ auto merge(const X& x) {
     const std::string op = std::string("merge<\"").append(Labels.view()) + "\">";
     const auto s = detail::materialise_as(x, staging, op);
     const MeshT& mesh = x.mesh();
-    return detail::to_sharded<T, MeshT, result>(
-        mesh, detail::merge_runtime<T>(s, Labels.view(), Merged.data[0], mesh.state(),
-                                       detail::axis_name_list<MeshT>()));
+    auto r = detail::merge_runtime<T>(s, Labels.view(), Merged.data[0], mesh.state(),
+                                      detail::axis_name_list<MeshT>());
+    Shape sizes;
+    for (char c : Labels.view())
+      sizes.push_back(s.shape[static_cast<std::size_t>(s.layout.find(c))]);
+    const std::string name = std::string("merge<\"").append(Labels.view()) + "\", \"" +
+                             std::string(Merged.view()) + "\">";
+    detail::record_shape(mesh, r, name, {s.grad}, [mesh, sizes](const detail::RuntimeTensor<T>& g) {
+      return detail::merge_cotangent<T>(g, Labels.view(), Merged.data[0], sizes, mesh.state(),
+                                        detail::axis_name_list<MeshT>());
+    });
+    return detail::to_sharded<T, MeshT, result>(mesh, r);
   }
 }
 
@@ -805,9 +871,17 @@ auto split(const X& x, const Shape& sizes) {
     using MeshT = typename X::mesh_type;
     constexpr Layout result = detail::split_layout(X::layout, Label.data[0], Into.view());
     const MeshT& mesh = x.mesh();
-    return detail::to_sharded<T, MeshT, result>(
-        mesh, detail::split_runtime<T>(detail::materialise(x), Label.data[0], Into.view(), sizes,
-                                       mesh.state(), detail::axis_name_list<MeshT>()));
+    const auto v = detail::materialise(x);
+    auto r = detail::split_runtime<T>(v, Label.data[0], Into.view(), sizes, mesh.state(),
+                                      detail::axis_name_list<MeshT>());
+    detail::record_shape(
+        mesh, r,
+        std::string("split<\"").append(Label.view()) + "\", \"" + std::string(Into.view()) + "\">",
+        {v.grad}, [mesh](const detail::RuntimeTensor<T>& g) {
+          return detail::split_cotangent<T>(g, Label.data[0], Into.view(), mesh.state(),
+                                            detail::axis_name_list<MeshT>());
+        });
+    return detail::to_sharded<T, MeshT, result>(mesh, r);
   }
 }
 
@@ -821,9 +895,18 @@ auto slice(const X& x, std::int64_t begin, std::int64_t end) {
     using T = typename X::value_type;
     using MeshT = typename X::mesh_type;
     const MeshT& mesh = x.mesh();
-    return detail::to_sharded<T, MeshT, X::layout>(
-        mesh, detail::slice_runtime<T>(detail::materialise(x), Label.data[0], begin, end,
-                                       mesh.state(), detail::axis_name_list<MeshT>()));
+    const auto v = detail::materialise(x);
+    auto r = detail::slice_runtime<T>(v, Label.data[0], begin, end, mesh.state(),
+                                      detail::axis_name_list<MeshT>());
+    const std::int64_t after =
+        v.shape[static_cast<std::size_t>(v.layout.find(Label.data[0]))] - end;
+    detail::record_shape(mesh, r, std::string("slice<\"").append(Label.view()) + "\">", {v.grad},
+                         [mesh, begin, after](const detail::RuntimeTensor<T>& g) {
+                           return detail::pad_runtime<T>(g, Label.data[0], begin, after, T{},
+                                                         mesh.state(),
+                                                         detail::axis_name_list<MeshT>());
+                         });
+    return detail::to_sharded<T, MeshT, X::layout>(mesh, r);
   }
 }
 
@@ -838,9 +921,18 @@ auto pad(const X& x, std::int64_t before, std::int64_t after,
     using T = typename X::value_type;
     using MeshT = typename X::mesh_type;
     const MeshT& mesh = x.mesh();
-    return detail::to_sharded<T, MeshT, X::layout>(
-        mesh, detail::pad_runtime<T>(detail::materialise(x), Label.data[0], before, after, value,
-                                     mesh.state(), detail::axis_name_list<MeshT>()));
+    const auto v = detail::materialise(x);
+    auto r = detail::pad_runtime<T>(v, Label.data[0], before, after, value, mesh.state(),
+                                    detail::axis_name_list<MeshT>());
+    const std::int64_t n = v.shape[static_cast<std::size_t>(v.layout.find(Label.data[0]))];
+    // The fill value is a constant: only x gets a gradient.
+    detail::record_shape(mesh, r, std::string("pad<\"").append(Label.view()) + "\">", {v.grad},
+                         [mesh, before, n](const detail::RuntimeTensor<T>& g) {
+                           return detail::slice_runtime<T>(g, Label.data[0], before, before + n,
+                                                           mesh.state(),
+                                                           detail::axis_name_list<MeshT>());
+                         });
+    return detail::to_sharded<T, MeshT, X::layout>(mesh, r);
   }
 }
 
@@ -899,9 +991,32 @@ requires(sizeof...(Rest) >= 1) auto concat(const A& a, const Rest&... rest) {
          rest, detail::concat_operand_layout(result, Rest::layout, Label.data[0]), op)),
      ...);
     const MeshT& mesh = a.mesh();
-    return detail::to_sharded<T, MeshT, result>(
-        mesh, detail::concat_runtime<T>(xs, Label.data[0], mesh.state(),
-                                        detail::axis_name_list<MeshT>()));
+    auto r =
+        detail::concat_runtime<T>(xs, Label.data[0], mesh.state(), detail::axis_name_list<MeshT>());
+    if constexpr (detail::differentiable_v<T>) {
+      std::vector<std::shared_ptr<detail::GradNode>> inputs;
+      std::vector<Layout> layouts;
+      std::vector<std::int64_t> sizes;
+      for (const auto& t : xs) {
+        inputs.push_back(t.grad);
+        layouts.push_back(t.layout);
+        sizes.push_back(t.shape[static_cast<std::size_t>(t.layout.find(Label.data[0]))]);
+      }
+      r.grad = nullptr;
+      detail::record(mesh, r, op, std::source_location{}, std::move(inputs),
+                     [mesh, layouts, sizes](const detail::RuntimeTensor<T>& g) {
+                       detail::Cotangents out;
+                       std::int64_t offset = 0;
+                       for (std::size_t i = 0; i < sizes.size(); ++i) {
+                         out.push_back(detail::AnyTensor(detail::concat_cotangent<T>(
+                             g, layouts[i], Label.data[0], offset, sizes[i], mesh.state(),
+                             detail::axis_name_list<MeshT>())));
+                         offset += sizes[i];
+                       }
+                       return out;
+                     });
+    }
+    return detail::to_sharded<T, MeshT, result>(mesh, r);
   }
 }
 

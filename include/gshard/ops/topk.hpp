@@ -3,7 +3,10 @@
 // along S, in a new label K of size k that takes S's place, replicated; and
 // gshard::one_hot<"E">(indices, size). Over a split S, every rank picks the top k of its shard
 // (padding excluded), the candidates of the shards (k values and k indices per line) are
-// gathered over S's axes, and every rank merges them.
+// gathered over S's axes, and every rank merges them. The gradient of the values is their
+// cotangent scattered back to the chosen positions: every rank keeps the chosen positions that
+// fall in its shard of S (no communication, unless the cotangent is still partial over S's axes:
+// one AllReduce finishes it first). The indices and one_hot get no gradient.
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
@@ -13,6 +16,7 @@
 #include <vector>
 
 #include "../comm/collectives.hpp"
+#include "../expr/contraction.hpp"
 #include "../expr/node.hpp"
 #include "../spmd/reshard.hpp"
 #include "../tensor/geometry.hpp"
@@ -235,6 +239,61 @@ std::pair<RuntimeTensor<T>, RuntimeTensor<std::int64_t>> top_k_runtime(
   return {values, indices};
 }
 
+/// The cotangent of top_k's input (layout `x_layout`, finished, global shape `x_shape`) from the
+/// values' cotangent g (top_k_layout, possibly partial) and the chosen global `indices` (the same
+/// layout, unpartial): g scattered to the chosen positions, zero elsewhere. The result keeps g's
+/// partials over axes x_layout does not split.
+template <class T>
+RuntimeTensor<T> top_k_cotangent(const RuntimeTensor<T>& g,
+                                 const RuntimeTensor<std::int64_t>& indices, char label,
+                                 const Layout& x_layout, const Shape& x_shape,
+                                 const MeshState& mesh,
+                                 const std::vector<std::string>& axis_names) {
+  const int d = x_layout.find(label);
+  const auto du = static_cast<std::size_t>(d);
+  // Partials over S's axes must be finished: those axes split the result.
+  Layout need = finished_layout(g.layout);
+  Layout out_layout = x_layout;
+  for (int i = 0; i < g.layout.partial_count; ++i) {
+    const int a = g.layout.partial[i];
+    if (x_layout.dim_on_axis(a) >= 0) continue;
+    need.partial[need.partial_count++] = a;
+    out_layout.partial[out_layout.partial_count++] = a;
+  }
+  const RuntimeTensor<T> gf = bring_sum(g, need, mesh, axis_names);
+  const Shape ext = local_extents(x_layout, x_shape, mesh.sizes);
+  std::int64_t outer = 1;
+  std::int64_t inner = 1;
+  for (std::size_t e = 0; e < ext.size(); ++e) {
+    if (e < du) outer *= ext[e];
+    if (e > du) inner *= ext[e];
+  }
+  const std::int64_t chunk = ext[du];
+  const std::int64_t k = g.shape[du];
+  const Block blk = block_of(x_layout.dims[d], x_shape[du], mesh.sizes, mesh.coords);
+  const std::int64_t valid = blk.valid;
+  const std::int64_t first = blk.offset;
+  const std::int64_t lines = outer * inner;
+  const Layout values_layout = finished_layout(g.layout);
+  const BlockIndex ob = block_index(values_layout, g.shape, mesh.sizes, mesh.coords);
+  // Zero-filled: padding and the unchosen positions stay zero.
+  Kokkos::View<T*> out("gshard::top_k_grad", static_cast<std::size_t>(product(ext)));
+  const Kokkos::View<T*> gv = gf.data;
+  const Kokkos::View<std::int64_t*> iv = indices.data;
+  Kokkos::parallel_for(
+      "gshard::top_k_grad", Kokkos::RangePolicy<>(0, lines), KOKKOS_LAMBDA(const std::int64_t l) {
+        const std::int64_t base = (l / inner) * k * inner + l % inner;
+        if (ob.global_of(base) < 0) return;  // a padded line of another dimension
+        const std::int64_t to = (l / inner) * chunk * inner + l % inner;
+        for (std::int64_t j = 0; j < k; ++j) {
+          const std::int64_t at = iv(base + j * inner) - first;
+          if (at >= 0 && at < valid) out(to + at * inner) += gv(base + j * inner);
+        }
+      });
+  Kokkos::fence();
+  return RuntimeTensor<T>(out_layout, x_shape, out, ReduceOp::sum);
+}
+
 /// one_hot on run-time layouts: out[..., e] = 1 where indices[...] == e, else 0; an index
 /// outside [0, size) gives a row of zeros. Layout one_hot_layout.
 template <class V, class I>
@@ -329,9 +388,18 @@ auto top_k(const E& x, std::int64_t k) {
     using V = Sharded<T, MeshT, spec>;
     using I = Sharded<std::int64_t, MeshT, spec>;
     const auto in = detail::materialise_as(x, in_layout, "top_k");
-    const auto r = detail::top_k_runtime(in, Label.view()[0], NewLabel.view()[0], k,
-                                         x.mesh().state(), detail::axis_name_list<MeshT>());
-    return TopK<V, I>{V(x.mesh(), r.first.shape, r.first.data),
+    constexpr char label = Label.view()[0];
+    auto r = detail::top_k_runtime(in, label, NewLabel.view()[0], k, x.mesh().state(),
+                                   detail::axis_name_list<MeshT>());
+    if constexpr (detail::differentiable_v<T>) {
+      detail::record(x.mesh(), r.first, "top_k", std::source_location{}, {in.grad},
+                     [indices = r.second, xl = in.layout, xs = in.shape,
+                      m = x.mesh()](const detail::RuntimeTensor<T>& g) {
+                       return detail::Cotangents{detail::AnyTensor(detail::top_k_cotangent<T>(
+                           g, indices, label, xl, xs, m.state(), detail::axis_name_list<MeshT>()))};
+                     });
+    }
+    return TopK<V, I>{detail::sharded_from<V>(x.mesh(), r.first),
                       I(x.mesh(), r.second.shape, r.second.data)};
   }
 }

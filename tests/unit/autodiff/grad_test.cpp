@@ -16,68 +16,20 @@
 #include <vector>
 
 #include "block_reference.hpp"
+#include "grad_checks.hpp"
 #include "op_checks.hpp"
 
 namespace {
 
 namespace gs = gshard;
 using gs::Shape;
+using gshard::test::fd_relative_error;
 using gshard::test::listed_mesh_shapes;
+using gshard::test::make;
+using gshard::test::mesh_of;
+using gshard::test::on_every_mesh;
+using gshard::test::smooth_values;
 using gshard::test::world_size;
-
-// Values away from the kinks of abs, relu, minimum and maximum (|v| >= 0.2), distinct per index.
-std::vector<double> smooth_values(std::size_t n, unsigned salt) {
-  std::vector<double> v(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const double u = std::sin(0.7 * static_cast<double>(i) + 1.3 * salt) * 1.5;
-    v[i] = u >= 0 ? u + 0.2 : u - 0.2;
-  }
-  return v;
-}
-
-template <class X>
-X make(const typename X::mesh_type& mesh, const Shape& shape, unsigned salt) {
-  Shape::value_type n = 1;
-  for (auto s : shape) n *= s;
-  return gs::from_global<X>(mesh, shape, smooth_values(static_cast<std::size_t>(n), salt));
-}
-
-// Central differences of loss_of(xs...) for every global element of every input, against
-// gs::grad: returns the relative error ||g - fd|| / ||fd|| over all inputs.
-template <class F, class... X>
-double fd_relative_error(F loss_of, X... xs) {
-  gs::track(xs...);
-  const auto loss = loss_of(xs...);
-  const auto grads = gs::grad(loss, xs...);
-  gs::NoGrad off;
-  const std::tuple<X...> base(xs...);
-  double diff2 = 0, norm2 = 0;
-  const double h = 1e-5;
-  [&]<std::size_t... I>(std::index_sequence<I...>) {
-    (
-        [&] {
-          using XI = std::tuple_element_t<I, std::tuple<X...>>;
-          const XI& x = std::get<I>(base);
-          const std::vector<double> g = std::get<I>(grads).to_global();
-          const std::vector<double> v = x.to_global();
-          for (std::size_t e = 0; e < v.size(); ++e) {
-            auto at = [&](double delta) {
-              std::vector<double> p = v;
-              p[e] += delta;
-              std::tuple<X...> args = base;
-              std::get<I>(args) = gs::from_global<XI>(x.mesh(), x.shape(), p);
-              return std::apply(loss_of, args).to_global()[0];
-            };
-            const double fd = (at(h) - at(-h)) / (2 * h);
-            diff2 += (g[e] - fd) * (g[e] - fd);
-            norm2 += fd * fd;
-          }
-        }(),
-        ...);
-  }
-  (std::index_sequence_for<X...>{});
-  return std::sqrt(diff2) / std::max(std::sqrt(norm2), 1e-30);
-}
 
 // The cases, on one mesh whose axes are x and y (and z).
 template <class M>
@@ -200,22 +152,8 @@ void gradient_cases(const M& mesh) {
   }
 }
 
-template <class M>
-M mesh_of(const std::vector<int>& s) {
-  if constexpr (M::axis_count == 2)
-    return M(MPI_COMM_WORLD, {s[0], s[1]});
-  else
-    return M(MPI_COMM_WORLD, {s[0], s[1], s[2]});
-}
-
 TEST_CASE("gradients equal central finite differences (double) on every mesh shape") {
-  for (const auto& s : listed_mesh_shapes(world_size())) {
-    INFO("mesh " << gshard::test::sizes_text(s));
-    if (s.size() == 2)
-      gradient_cases(mesh_of<gs::Mesh<"x", "y">>(s));
-    else
-      gradient_cases(mesh_of<gs::Mesh<"x", "y", "z">>(s));
-  }
+  on_every_mesh([](const auto& mesh) { gradient_cases(mesh); });
 }
 
 TEST_CASE("data parallelism: a replicated weight's gradient is reduced once, at the end") {
@@ -289,6 +227,37 @@ TEST_CASE("the same global inputs give the same gradients on every mesh (float)"
       }
       CHECK(diff <= 1e-5 * std::max(1.0, norm));
     }
+  }
+}
+
+TEST_CASE("cast passes gradients through, converted to each side's element type") {
+  using M = gs::Mesh<"x", "y">;
+  for (const auto& s : listed_mesh_shapes(world_size())) {
+    if (s.size() != 2) continue;
+    INFO("mesh " << gshard::test::sizes_text(s));
+    const M mesh = mesh_of<M>(s);
+    using F = gs::Sharded<float, M, "A:x B:y">;
+    using D = gs::Sharded<double, M, "A:x B:y">;
+    F xf = gs::random_normal<F>(mesh, {5, 3}, 1);
+    D xd = gs::random_normal<D>(mesh, {5, 3}, 2);
+    const D r = gs::random_normal<D>(mesh, {5, 3}, 3);
+    const F rf = gs::random_normal<F>(mesh, {5, 3}, 4);
+    gs::track(xf, xd);
+    // d/dxf sum(cast<double>(xf)^2 r) = 2 xf r; d/dxd sum(cast<float>(xd) rf) = rf.
+    const auto a = gs::cast<double>(xf);
+    const auto loss = (gs::einsum<"AB,AB->">(a * a, r) +
+                       gs::cast<double>(gs::einsum<"AB,AB->">(gs::cast<float>(xd), rf)))
+                          .eval();
+    const auto [gf, gd] = gs::grad(loss, xf, xd);
+    const std::vector<float> xv = xf.to_global(), gfv = gf.to_global(), rfv = rf.to_global();
+    const std::vector<double> gdv = gd.to_global(), rv = r.to_global();
+    double err = 0;
+    for (std::size_t i = 0; i < xv.size(); ++i) {
+      err = std::max(
+          err, std::abs(static_cast<double>(gfv[i]) - 2.0 * static_cast<double>(xv[i]) * rv[i]));
+      err = std::max(err, std::abs(gdv[i] - static_cast<double>(rfv[i])));
+    }
+    CHECK(err < 1e-5);
   }
 }
 
