@@ -1,5 +1,6 @@
 # Runs COMMAND (arguments separated by '|') and succeeds only if it FAILS, within MAX_SECONDS,
-# printing something that matches EXPECT. Used to test the test harness itself.
+# printing something that matches EXPECT: patterns joined by '&&', each of which must match
+# (separately: the ranks' output interleaves in any order). Used to test the test harness itself.
 foreach(var COMMAND EXPECT MAX_SECONDS)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "expect_failure.cmake: ${var} is not set")
@@ -17,7 +18,10 @@ endif()
 if(result MATCHES "timeout|Timeout")
   message(FATAL_ERROR "the command ran past ${MAX_SECONDS} s: the harness did not end it:\n${out}")
 endif()
-if(NOT out MATCHES "${EXPECT}")
-  message(FATAL_ERROR "the command failed (${result}) but its output does not match \"${EXPECT}\":\n${out}")
-endif()
+string(REPLACE "&&" ";" patterns "${EXPECT}")
+foreach(pattern IN LISTS patterns)
+  if(NOT out MATCHES "${pattern}")
+    message(FATAL_ERROR "the command failed (${result}) but its output does not match \"${pattern}\":\n${out}")
+  endif()
+endforeach()
 message(STATUS "failed as expected (exit ${result}) after ${elapsed} s; output matches \"${EXPECT}\"")
