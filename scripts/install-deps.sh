@@ -5,12 +5,17 @@
 set -euo pipefail
 
 purpose=${1:-build}
+# libcli11-dev: examples/moe_lm parses its command line with CLI11 (header-only).
 packages=(g++ make cmake libopenmpi-dev openmpi-bin libeigen3-dev doctest-dev libtrilinos-kokkos-dev
-  libopenblas-dev)
+  libopenblas-dev libcli11-dev)
+# The main job's corpus (Debian's fortune cookies, 8 languages) and its plots (gnuplot); the tests
+# read the corpus and draw a plot too.
+moe_lm=(fortunes fortunes-de fortunes-es fortunes-it fortunes-ru fortunes-pl fortunes-cs fortunes-zh
+  gnuplot-nox)
 case "$purpose" in
   build) ;;
-  test) packages+=(clang-format) ;;
-  demo) ;;
+  test) packages+=(clang-format python3-numpy "${moe_lm[@]}") ;;
+  demo) packages+=("${moe_lm[@]}") ;;
   *) echo "usage: $0 [build|test|demo]" >&2; exit 2 ;;
 esac
 

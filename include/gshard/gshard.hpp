@@ -19,6 +19,7 @@
 #include "mesh/environment.hpp"
 #include "mesh/mesh.hpp"
 #include "nn/clip.hpp"
+#include "nn/moe.hpp"
 #include "nn/optimizers.hpp"
 #include "nn/schedules.hpp"
 #include "ops/conv.hpp"

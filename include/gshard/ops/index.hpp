@@ -27,10 +27,26 @@
 // gradient is never replicated at the table's size), partial over the axes splitting the
 // indices; the backward of scatter_add is a take of the cotangent. Neither re-checks the indices
 // nor communicates; the driver finishes the partial sums when it brings the cotangent home.
+//
+// Batched (MoE dispatch/combine): take_along<"S">(table, indices) and its transpose
+// scatter_add_along<"S", "Batch">(values, indices, n). Labels shared by the table and the indices
+// are batch labels; a negative index means "no element" (zero row, no gradient, nothing added).
+//   take_along: table "G S M", indices "G E C" -> "G E C M". The indices keep their splits; the
+//   table's batch labels take them, S is replicated (the table is gathered over S if split), the
+//   table's other labels keep their axes where the indices leave them free; table partials stay
+//   pending over the free axes. So batch labels split alike and S unsplit: no data moves.
+//   scatter_add_along: values "G E C M", indices "G E C", Batch "G" -> "G S M" (batch labels in
+//   the values' order, S replicated, the values' labels the indices lack). The values stay; the
+//   indices take their splits; pending over the axes of the non-batch index labels (E, C).
+// Bounds::checked (the default) runs the same one-AllReduce check as take (indices >= n throw on
+// every rank); Bounds::trusted skips it, so the fast path then runs no collective at all.
+// Gradients: take_along's table cotangent is a local scatter of g at the used indices (in g's
+// splits); scatter_add_along's values cotangent is a take_along of g.
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 #include <source_location>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -40,6 +56,13 @@
 #include "../tensor/sharded.hpp"
 
 namespace gshard {
+
+/// How take_along / scatter_add_along treat an index >= the indexed size.
+enum class Bounds {
+  checked,  // gshard::Error on every rank (one AllReduce of 3 int64 over the axes splitting the
+            // indices; none when they are replicated)
+  trusted,  // no check, no collective (the caller vouches); such an index selects nothing
+};
 
 namespace index_error {
 template <class>
@@ -80,6 +103,38 @@ template <fixed_string TableSpec, fixed_string IndicesSpec>
 struct result_has_more_than_8_labels {
   static_assert(always_false<result_has_more_than_8_labels>,
                 "gshard::take: the result would have more than 8 labels");
+};
+template <fixed_string Label, fixed_string TableSpec>
+struct along_label_not_in_table {
+  static_assert(always_false<along_label_not_in_table>,
+                "gshard::take_along: the table has no such label (the label, the table's spec)");
+};
+template <fixed_string Label, fixed_string IndicesSpec>
+struct along_label_in_indices {
+  static_assert(always_false<along_label_in_indices>,
+                "gshard::take_along/scatter_add_along: the indexed label must not be a label of "
+                "the index tensor");
+};
+template <fixed_string Label, fixed_string ValuesSpec>
+struct along_label_already_in_values {
+  static_assert(always_false<along_label_already_in_values>,
+                "gshard::scatter_add_along: the values already have the label scattered into");
+};
+template <fixed_string Label, fixed_string ValuesSpec, fixed_string IndicesSpec>
+struct along_index_label_not_in_values {
+  static_assert(always_false<along_index_label_not_in_values>,
+                "gshard::scatter_add_along: every label of the index tensor must be a label of "
+                "the values");
+};
+template <fixed_string Label, fixed_string Batch, fixed_string IndicesSpec>
+struct along_batch_label_not_in_indices {
+  static_assert(always_false<along_batch_label_not_in_indices>,
+                "gshard::scatter_add_along: every batch label must be a label of the index tensor");
+};
+template <fixed_string First, fixed_string Second>
+struct along_result_has_more_than_8_labels {
+  static_assert(always_false<along_result_has_more_than_8_labels>,
+                "gshard::take_along/scatter_add_along: the result would have more than 8 labels");
 };
 }  // namespace index_error
 
@@ -169,6 +224,104 @@ constexpr ScatterLayouts scatter_layouts(const Layout& values, const Layout& ind
   return r;
 }
 
+/// The layouts take_along / scatter_add_along need their operands in, and their result's.
+struct AlongLayouts {
+  Layout data{};  // take_along: the table; scatter_add_along: the values
+  Layout indices{};
+  Layout output{};
+  bool ok = true;  // false: the result would have more than max_dims labels
+};
+
+constexpr bool along_has_label(std::string_view labels, char c) {
+  for (const char l : labels)
+    if (l == c && c != ' ') return true;
+  return false;
+}
+
+/// take_along<label>: the indices keep their splits (finished); the table's batch labels (those
+/// of the indices) take the indices' splits, the indexed label is replicated and the table's
+/// other labels keep their axes where the indices leave them free (else replicated). Result: the
+/// indices' labels, then the table's others; pending over the table's partial axes left free.
+constexpr AlongLayouts take_along_layouts(const Layout& table, const Layout& indices, char label) {
+  AlongLayouts r;
+  int batch = 0;
+  for (int d = 0; d < indices.rank; ++d) batch += table.find(indices.dims[d].label) >= 0 ? 1 : 0;
+  if (indices.rank + table.rank - 1 - batch > max_dims) {
+    r.ok = false;
+    return r;
+  }
+  bool used[max_axes]{};
+  r.indices = finished_layout(indices);
+  r.output.rank = 0;
+  for (int d = 0; d < indices.rank; ++d) {
+    r.output.dims[r.output.rank++] = indices.dims[d];
+    for (int i = 0; i < indices.dims[d].axis_count; ++i) used[indices.dims[d].axes[i]] = true;
+  }
+  r.data = finished_layout(table);
+  for (int d = 0; d < table.rank; ++d) {
+    DimLayout dim = table.dims[d];
+    const int id = indices.find(dim.label);
+    bool free = id < 0 && dim.label != label;
+    for (int i = 0; i < dim.axis_count; ++i) free = free && !used[dim.axes[i]];
+    if (id >= 0) {
+      dim.axis_count = indices.dims[id].axis_count;
+      dim.axes = indices.dims[id].axes;
+    } else if (!free) {
+      dim.axis_count = 0;
+      dim.axes = {};
+    }
+    r.data.dims[d] = dim;
+    if (id < 0 && dim.label != label) r.output.dims[r.output.rank++] = dim;
+  }
+  for (int i = 0; i < table.partial_count; ++i) {
+    const int a = table.partial[i];
+    if (used[a]) continue;
+    r.data.partial[r.data.partial_count++] = a;
+    r.output.partial[r.output.partial_count++] = a;
+  }
+  return r;
+}
+
+/// scatter_add_along<label, batch>: the values stay as they are; the indices take the values'
+/// splits of their labels. Result: the batch labels (in the values' order), the scattered label
+/// (replicated), then the values' labels the indices lack; pending over the axes splitting the
+/// values' non-batch index labels and over the values' own pending axes.
+constexpr AlongLayouts scatter_along_layouts(const Layout& values, const Layout& indices,
+                                             char label, std::string_view batch) {
+  AlongLayouts r;
+  int count = 1;
+  for (int d = 0; d < values.rank; ++d) {
+    const char c = values.dims[d].label;
+    count += indices.find(c) < 0 || along_has_label(batch, c) ? 1 : 0;
+  }
+  if (count > max_dims) {
+    r.ok = false;
+    return r;
+  }
+  r.data = values;
+  r.indices = finished_layout(indices);
+  for (int d = 0; d < indices.rank; ++d) {
+    const int vd = values.find(indices.dims[d].label);
+    DimLayout dim = indices.dims[d];
+    dim.axis_count = vd >= 0 ? values.dims[vd].axis_count : 0;
+    dim.axes = vd >= 0 ? values.dims[vd].axes : std::array<int, max_axes>{};
+    r.indices.dims[d] = dim;
+    if (along_has_label(batch, dim.label)) continue;
+    for (int i = 0; i < dim.axis_count; ++i)
+      r.output.partial[r.output.partial_count++] = dim.axes[i];
+  }
+  r.output.rank = 0;
+  for (int d = 0; d < values.rank; ++d)
+    if (indices.find(values.dims[d].label) >= 0 && along_has_label(batch, values.dims[d].label))
+      r.output.dims[r.output.rank++] = values.dims[d];
+  r.output.dims[r.output.rank++].label = label;
+  for (int d = 0; d < values.rank; ++d)
+    if (indices.find(values.dims[d].label) < 0) r.output.dims[r.output.rank++] = values.dims[d];
+  for (int i = 0; i < values.partial_count; ++i)
+    r.output.partial[r.output.partial_count++] = values.partial[i];
+  return r;
+}
+
 namespace index_ops {
 
 inline std::string describe(const Layout& l, const Shape& shape,
@@ -199,13 +352,13 @@ inline unsigned split_mask(const Layout& l, const std::array<int, max_axes>& siz
   return mask;
 }
 
-/// Throws on every rank when some index lies outside [0, n). Each rank scans its own shard;
-/// ranks holding different shards agree through one AllReduce (max of: any bad, the largest
-/// bad value, minus the smallest) over the axes that split the indices.
+/// Throws on every rank when some index lies outside [0, n) (or is >= n, when negative_ok). Each
+/// rank scans its own shard; ranks holding different shards agree through one AllReduce (max of:
+/// any bad, the largest bad value, minus the smallest) over the axes that split the indices.
 template <class I>
 void check_indices(const RuntimeTensor<I>& idx, std::int64_t n, const MeshState& mesh,
                    const std::vector<std::string>& names, const std::string& op,
-                   const std::string& context) {
+                   const std::string& context, bool negative_ok = false) {
   auto host = Kokkos::create_mirror_view(idx.data);
   Kokkos::deep_copy(host, idx.data);
   BlockIndex b = block_index(idx.layout, idx.shape, mesh.sizes, mesh.coords);
@@ -215,17 +368,20 @@ void check_indices(const RuntimeTensor<I>& idx, std::int64_t n, const MeshState&
   for (std::int64_t i = 0; i < count; ++i) {
     if (b.global_of(i) < 0) continue;
     const auto v = static_cast<std::int64_t>(host(i));
-    if (v >= 0 && v < n) continue;
+    if ((v >= 0 || negative_ok) && v < n) continue;
     found[0] = 1;
     found[1] = v > found[1] ? v : found[1];
     found[2] = -v > found[2] ? -v : found[2];
   }
   const unsigned mask = split_mask(idx.layout, mesh.sizes);
   if (mask != 0) all_reduce(found, 3, ReduceOp::max, mesh.groups[mask], axes_string(mask, names));
-  if (found[0] != 0)
-    throw Error(op, context + ": indices must lie in [0, " + std::to_string(n) +
-                        "); found values from " + std::to_string(-found[2]) + " to " +
-                        std::to_string(found[1]) + " outside it");
+  if (found[0] == 0) return;
+  const std::string range =
+      negative_ok ? "below " + std::to_string(n) + " (a negative index means no element)"
+                  : "in [0, " + std::to_string(n) + ")";
+  throw Error(op, context + ": indices must lie " + range + "; found values from " +
+                      std::to_string(-found[2]) + " to " + std::to_string(found[1]) +
+                      " outside it");
 }
 
 /// Per dimension of a local block: padded extent, valid extent, global offset, local stride.
@@ -263,6 +419,60 @@ struct GatherMap {
   std::int64_t v_offset = 0;  // its global offset on this rank
   std::int64_t v_valid = 0;   // its valid extent on this rank
 };
+
+/// The lookup loop of take and take_along: every element of a local block of `size` elements is
+/// written (padding zero); an element reads the index at its a-offset and the table row at its
+/// b-offset plus (index - v_offset) * v_stride, or is zero when the index falls outside this
+/// rank's [0, v_valid) of the indexed label (another copy holds it, or it is negative: no row).
+template <class T, class I>
+Kokkos::View<T*> gather(const char* name, const GatherMap& m, std::int64_t size,
+                        const Kokkos::View<I*>& iv, const Kokkos::View<T*>& tv) {
+  Kokkos::View<T*> o(Kokkos::view_alloc(std::string(name), Kokkos::WithoutInitializing),
+                     static_cast<std::size_t>(size));
+  Kokkos::parallel_for(
+      name, Kokkos::RangePolicy<>(0, size), KOKKOS_LAMBDA(const std::int64_t e) {
+        std::int64_t rest = e, ia = 0, ib = 0;
+        bool pad = false;
+        for (int d = m.rank - 1; d >= 0; --d) {
+          const std::int64_t c = rest % m.extent[d];
+          rest /= m.extent[d];
+          pad = pad || c >= m.valid[d];
+          ia += c * m.a_stride[d];
+          ib += c * m.b_stride[d];
+        }
+        T value{};
+        if (!pad) {
+          const std::int64_t v = static_cast<std::int64_t>(iv(ia)) - m.v_offset;
+          if (v >= 0 && v < m.v_valid) value = tv(ib + v * m.v_stride);
+        }
+        o(e) = value;
+      });
+  Kokkos::fence();
+  return o;
+}
+
+/// The loop of scatter_add and scatter_add_along over a local block of `size` values: each
+/// valid value is added at its b-offset plus (index - v_offset) * v_stride of `o` when the index
+/// at its a-offset falls in this rank's [0, v_valid) (negative indices add nothing).
+template <class T, class I>
+void scatter_into(const char* name, const GatherMap& m, std::int64_t size,
+                  const Kokkos::View<T*>& o, const Kokkos::View<I*>& iv,
+                  const Kokkos::View<T*>& vv) {
+  Kokkos::parallel_for(
+      name, Kokkos::RangePolicy<>(0, size), KOKKOS_LAMBDA(const std::int64_t e) {
+        std::int64_t rest = e, ia = 0, ib = 0;
+        for (int d = m.rank - 1; d >= 0; --d) {
+          const std::int64_t c = rest % m.extent[d];
+          rest /= m.extent[d];
+          if (c >= m.valid[d]) return;  // padding adds nothing
+          ia += c * m.a_stride[d];
+          ib += c * m.b_stride[d];
+        }
+        const std::int64_t v = static_cast<std::int64_t>(iv(ia)) - m.v_offset;
+        if (v >= 0 && v < m.v_valid) Kokkos::atomic_add(&o(ib + v * m.v_stride), vv(e));
+      });
+  Kokkos::fence();
+}
 
 }  // namespace index_ops
 
@@ -316,32 +526,7 @@ RuntimeTensor<T> take_runtime(char label, const MeshState& mesh,
   m.v_stride = lt.stride[vd];
   m.v_offset = lt.offset[vd];
   m.v_valid = lt.valid[vd];
-  // Every element is written, padding (zero) included.
-  out.data =
-      Kokkos::View<T*>(Kokkos::view_alloc(std::string("gshard::take"), Kokkos::WithoutInitializing),
-                       static_cast<std::size_t>(lo.size));
-  const Kokkos::View<T*> o = out.data;
-  const Kokkos::View<I*> iv = idx.data;
-  const Kokkos::View<T*> tv = tab.data;
-  Kokkos::parallel_for(
-      "gshard::take", Kokkos::RangePolicy<>(0, lo.size), KOKKOS_LAMBDA(const std::int64_t e) {
-        std::int64_t rest = e, ia = 0, ib = 0;
-        bool pad = false;
-        for (int d = m.rank - 1; d >= 0; --d) {
-          const std::int64_t c = rest % m.extent[d];
-          rest /= m.extent[d];
-          pad = pad || c >= m.valid[d];
-          ia += c * m.a_stride[d];
-          ib += c * m.b_stride[d];
-        }
-        T value{};
-        if (!pad) {
-          // Indices outside this rank's vocabulary shard give zero (another copy holds them).
-          const std::int64_t v = static_cast<std::int64_t>(iv(ia)) - m.v_offset;
-          if (v >= 0 && v < m.v_valid) value = tv(ib + v * m.v_stride);
-        }
-        o(e) = value;
-      });
+  out.data = gather<T, I>("gshard::take", m, lo.size, idx.data, tab.data);
   return out;
 }
 
@@ -382,25 +567,7 @@ RuntimeTensor<T> scatter_local(char label, std::int64_t n, const DimLayout& vdim
   m.v_offset = lo.offset[0];
   m.v_valid = lo.valid[0];
   out.data = Kokkos::View<T*>("gshard::scatter_add", static_cast<std::size_t>(lo.size));
-  const Kokkos::View<T*> o = out.data;
-  const Kokkos::View<I*> iv = idx.data;
-  const Kokkos::View<T*> vv = values.data;
-  Kokkos::parallel_for(
-      "gshard::scatter_add", Kokkos::RangePolicy<>(0, lv.size),
-      KOKKOS_LAMBDA(const std::int64_t e) {
-        std::int64_t rest = e, ia = 0, ib = 0;
-        for (int d = m.rank - 1; d >= 0; --d) {
-          const std::int64_t c = rest % m.extent[d];
-          rest /= m.extent[d];
-          if (c >= m.valid[d]) return;  // padding adds nothing
-          ia += c * m.a_stride[d];
-          ib += c * m.b_stride[d];
-        }
-        // Indices outside this rank's block of the label belong to another rank.
-        const std::int64_t v = static_cast<std::int64_t>(iv(ia)) - m.v_offset;
-        if (v >= 0 && v < m.v_valid) Kokkos::atomic_add(&o(ib + v * m.v_stride), vv(e));
-      });
-  Kokkos::fence();
+  scatter_into<T, I>("gshard::scatter_add", m, lv.size, out.data, idx.data, values.data);
   return out;
 }
 
@@ -465,6 +632,180 @@ RuntimeTensor<T> scatter_add_cotangent(char label, const RuntimeTensor<I>& idx,
   return take_runtime<T, I>(label, mesh, names, g, idx, nullptr, nullptr, false);
 }
 
+namespace index_ops {
+
+/// A GatherMap looping over `loop` (a local block), with the strides of the same labels in the
+/// indices' block (a) and in `other` (b, the table or the scatter's result), and `label`'s
+/// stride, offset and valid extent in `other`.
+inline GatherMap along_map(const Layout& loop, const LocalDims& ll, const Layout& idx,
+                           const LocalDims& li, const Layout& other, const LocalDims& lother,
+                           char label) {
+  GatherMap m;
+  m.rank = loop.rank;
+  for (int d = 0; d < m.rank; ++d) {
+    m.extent[d] = ll.extent[d];
+    m.valid[d] = ll.valid[d];
+    const int id = idx.find(loop.dims[d].label);
+    const int od = other.find(loop.dims[d].label);
+    m.a_stride[d] = id >= 0 ? li.stride[id] : 0;
+    m.b_stride[d] = od >= 0 ? lother.stride[od] : 0;
+  }
+  const int vd = other.find(label);
+  m.v_stride = lother.stride[vd];
+  m.v_offset = lother.offset[vd];
+  m.v_valid = lother.valid[vd];
+  return m;
+}
+
+/// The local half of scatter_add_along: `values` added into a zeroed result laid out as `out`
+/// (labels: `label`, of size n, and values' labels; the values' axes on the shared labels), the
+/// indices already in the values' splits. Each value row goes to its index (none if negative).
+template <class T, class I>
+RuntimeTensor<T> scatter_along_local(char label, std::int64_t n, const Layout& out,
+                                     const MeshState& mesh, const RuntimeTensor<T>& values,
+                                     const RuntimeTensor<I>& idx) {
+  RuntimeTensor<T> r{out, {}, {}, ReduceOp::sum};
+  for (int d = 0; d < out.rank; ++d)
+    r.shape.push_back(
+        out.dims[d].label == label
+            ? n
+            : values.shape[static_cast<std::size_t>(values.layout.find(out.dims[d].label))]);
+  const LocalDims lo = local_dims(r.layout, r.shape, mesh);
+  const LocalDims lv = local_dims(values.layout, values.shape, mesh);
+  const LocalDims li = local_dims(idx.layout, idx.shape, mesh);
+  const GatherMap m = along_map(values.layout, lv, idx.layout, li, r.layout, lo, label);
+  r.data = Kokkos::View<T*>("gshard::scatter_add_along", static_cast<std::size_t>(lo.size));
+  scatter_into<T, I>("gshard::scatter_add_along", m, lv.size, r.data, idx.data, values.data);
+  return r;
+}
+
+}  // namespace index_ops
+
+/// take_along `label` on run-time layouts: check the operands, bring them to the rule's layouts
+/// (detail::take_along_layouts), check the indices (unless trusted), look up locally.
+/// `used_indices` receives the indices in the layout the lookup used (kept for the backward);
+/// `order`, when given, orders the result's dimensions like its labels (the backward's use).
+template <class T, class I>
+RuntimeTensor<T> take_along_runtime(char label, const MeshState& mesh,
+                                    const std::vector<std::string>& names,
+                                    const RuntimeTensor<T>& table, const RuntimeTensor<I>& indices,
+                                    Bounds bounds = Bounds::checked,
+                                    RuntimeTensor<I>* used_indices = nullptr,
+                                    const Layout* order = nullptr) {
+  using namespace index_ops;
+  const std::string op = std::string("take_along<\"") + label + "\">";
+  const std::string context = "table " + describe(table.layout, table.shape, names) + ", indices " +
+                              describe(indices.layout, indices.shape, names);
+  const int vd = table.layout.find(label);
+  if (vd < 0) throw Error(op, context + ": the table has no label '" + label + "'");
+  if (indices.layout.find(label) >= 0)
+    throw Error(op, context + ": label '" + label + "' is also a label of the indices");
+  for (int d = 0; d < indices.layout.rank; ++d) {
+    const char c = indices.layout.dims[d].label;
+    const int td = table.layout.find(c);
+    if (td >= 0 &&
+        table.shape[static_cast<std::size_t>(td)] != indices.shape[static_cast<std::size_t>(d)])
+      throw Error(
+          op, context + ": batch label '" + c + "' has size " +
+                  std::to_string(table.shape[static_cast<std::size_t>(td)]) + " in the table but " +
+                  std::to_string(indices.shape[static_cast<std::size_t>(d)]) + " in the indices");
+  }
+  const AlongLayouts rules = take_along_layouts(table.layout, indices.layout, label);
+  if (!rules.ok) throw Error(op, context + ": the result would have more than 8 labels");
+  const std::int64_t n = table.shape[static_cast<std::size_t>(vd)];
+  const RuntimeTensor<I> idx = bring(indices, rules.indices, mesh, names, op);
+  if (bounds == Bounds::checked) check_indices(idx, n, mesh, names, op, context, true);
+  if (used_indices) *used_indices = idx;
+  const RuntimeTensor<T> tab = bring(table, rules.data, mesh, names, op);
+  if (tab.partial_op != ReduceOp::sum && rules.output.partial_count > 0)
+    throw Error(op, context +
+                        ": the table holds pending max/min partials; finish them with "
+                        "reshard first");
+  RuntimeTensor<T> out{rules.output, idx.shape, {}, ReduceOp::sum};
+  for (int d = 0; d < tab.layout.rank; ++d)
+    if (d != vd && idx.layout.find(tab.layout.dims[d].label) < 0)
+      out.shape.push_back(tab.shape[static_cast<std::size_t>(d)]);
+  if (order) {
+    const Layout l = reordered_like(out.layout, *order);
+    out.shape = shape_in(l, out.layout, out.shape);
+    out.layout = l;
+  }
+  const LocalDims lo = local_dims(out.layout, out.shape, mesh);
+  const LocalDims li = local_dims(idx.layout, idx.shape, mesh);
+  const LocalDims lt = local_dims(tab.layout, tab.shape, mesh);
+  const GatherMap m = along_map(out.layout, lo, idx.layout, li, tab.layout, lt, label);
+  out.data = gather<T, I>("gshard::take_along", m, lo.size, idx.data, tab.data);
+  return out;
+}
+
+/// scatter_add_along `label` (size n) with batch labels `batch` on run-time layouts: check the
+/// operands, bring the indices to the values' splits, check them (unless trusted), add locally.
+template <class T, class I>
+RuntimeTensor<T> scatter_add_along_runtime(char label, std::string_view batch, std::int64_t n,
+                                           const MeshState& mesh,
+                                           const std::vector<std::string>& names,
+                                           const RuntimeTensor<T>& values,
+                                           const RuntimeTensor<I>& indices,
+                                           Bounds bounds = Bounds::checked,
+                                           RuntimeTensor<I>* used_indices = nullptr) {
+  using namespace index_ops;
+  const std::string op =
+      std::string("scatter_add_along<\"") + label + "\", \"" + std::string(batch) + "\">";
+  const std::string context = "values " + describe(values.layout, values.shape, names) +
+                              ", indices " + describe(indices.layout, indices.shape, names) +
+                              ", size " + std::to_string(n);
+  if (n < 0) throw Error(op, context + ": the size must not be negative");
+  if (values.layout.find(label) >= 0)
+    throw Error(op, context + ": the values already have label '" + label + "'");
+  for (int d = 0; d < indices.layout.rank; ++d) {
+    const char c = indices.layout.dims[d].label;
+    const int vd = values.layout.find(c);
+    if (vd < 0) throw Error(op, context + ": index label '" + c + "' is not a label of the values");
+    if (values.shape[static_cast<std::size_t>(vd)] != indices.shape[static_cast<std::size_t>(d)])
+      throw Error(op, context + ": label '" + c + "' has size " +
+                          std::to_string(values.shape[static_cast<std::size_t>(vd)]) +
+                          " in the values but " +
+                          std::to_string(indices.shape[static_cast<std::size_t>(d)]) +
+                          " in the indices");
+  }
+  for (const char c : batch)
+    if (c != ' ' && indices.layout.find(c) < 0)
+      throw Error(op, context + ": batch label '" + c + "' is not a label of the indices");
+  if (values.partial_op != ReduceOp::sum && values.layout.partial_count > 0)
+    throw Error(op, context +
+                        ": the values hold pending max/min partials; finish them with "
+                        "reshard first");
+  const AlongLayouts rules = scatter_along_layouts(values.layout, indices.layout, label, batch);
+  if (!rules.ok) throw Error(op, context + ": the result would have more than 8 labels");
+  const RuntimeTensor<I> idx = bring(indices, rules.indices, mesh, names, op);
+  if (bounds == Bounds::checked) check_indices(idx, n, mesh, names, op, context, true);
+  if (used_indices) *used_indices = idx;
+  return scatter_along_local<T, I>(label, n, rules.output, mesh, values, idx);
+}
+
+/// The gradient of take_along<label> with respect to the table (labels and order of `table`):
+/// the cotangent `g` (the result's layout) scattered back at the indices the lookup used, the
+/// batch labels in g's splits; pending over g's axes of the indices' other labels. Local.
+template <class T, class I>
+RuntimeTensor<T> take_along_cotangent(char label, std::int64_t n, const Layout& table,
+                                      const RuntimeTensor<I>& idx, const RuntimeTensor<T>& g,
+                                      const MeshState& mesh) {
+  std::string labels;
+  for (int d = 0; d < table.rank; ++d) labels += table.dims[d].label;
+  const Layout out = scatter_along_layouts(g.layout, idx.layout, label, labels).output;
+  return index_ops::scatter_along_local<T, I>(label, n, reordered_like(out, table), mesh, g, idx);
+}
+
+/// The gradient of scatter_add_along<label> with respect to the values (labels and order of
+/// `values`): a take_along of the cotangent `g` at the same indices (already checked).
+template <class T, class I>
+RuntimeTensor<T> scatter_add_along_cotangent(char label, const Layout& values,
+                                             const RuntimeTensor<I>& idx, const RuntimeTensor<T>& g,
+                                             const MeshState& mesh,
+                                             const std::vector<std::string>& names) {
+  return take_along_runtime<T, I>(label, mesh, names, g, idx, Bounds::trusted, nullptr, &values);
+}
+
 template <class I>
 inline constexpr bool is_index_type_v =
     std::is_same_v<I, std::int32_t> || std::is_same_v<I, std::int64_t>;
@@ -527,6 +868,54 @@ constexpr bool check_scatter() {
     constexpr char c = Indices::layout.dims[first_missing_label<Values, Indices>()].label;
     constexpr fixed_string<2> l = one_letter(c);
     return sizeof(index_error::index_label_not_in_values<l, Values::spec, Indices::spec>) == 0;
+  } else {
+    return true;
+  }
+}
+
+template <fixed_string Label, class Table, class Indices>
+constexpr bool check_take_along() {
+  if constexpr (!check_index_operands_common<Label, Indices>()) {
+    return false;
+  } else if constexpr (Table::layout.find(Label.data[0]) < 0) {
+    return sizeof(index_error::along_label_not_in_table<Label, Table::spec>) == 0;
+  } else if constexpr (Indices::layout.find(Label.data[0]) >= 0) {
+    return sizeof(index_error::along_label_in_indices<Label, Indices::spec>) == 0;
+  } else if constexpr (!take_along_layouts(Table::layout, Indices::layout, Label.data[0]).ok) {
+    return sizeof(index_error::along_result_has_more_than_8_labels<Table::spec, Indices::spec>) ==
+           0;
+  } else {
+    return true;
+  }
+}
+
+template <fixed_string Batch, class Indices>
+constexpr int first_batch_label_missing() {
+  for (std::size_t i = 0; i < Batch.size(); ++i)
+    if (Batch.data[i] != ' ' && Indices::layout.find(Batch.data[i]) < 0) return static_cast<int>(i);
+  return -1;
+}
+
+template <fixed_string Label, fixed_string Batch, class Values, class Indices>
+constexpr bool check_scatter_along() {
+  if constexpr (!check_index_operands_common<Label, Indices>()) {
+    return false;
+  } else if constexpr (Values::layout.find(Label.data[0]) >= 0) {
+    return sizeof(index_error::along_label_already_in_values<Label, Values::spec>) == 0;
+  } else if constexpr (first_missing_label<Values, Indices>() >= 0) {
+    constexpr char c = Indices::layout.dims[first_missing_label<Values, Indices>()].label;
+    constexpr fixed_string<2> l = one_letter(c);
+    return sizeof(index_error::along_index_label_not_in_values<l, Values::spec, Indices::spec>) ==
+           0;
+  } else if constexpr (first_batch_label_missing<Batch, Indices>() >= 0) {
+    constexpr fixed_string<2> l =
+        one_letter(Batch.data[first_batch_label_missing<Batch, Indices>()]);
+    return sizeof(index_error::along_batch_label_not_in_indices<l, Batch, Indices::spec>) == 0;
+  } else if constexpr (!scatter_along_layouts(Values::layout, Indices::layout, Label.data[0],
+                                              Batch.view())
+                            .ok) {
+    return sizeof(index_error::along_result_has_more_than_8_labels<Values::spec, Indices::spec>) ==
+           0;
   } else {
     return true;
   }
@@ -613,6 +1002,91 @@ auto scatter_add(const Values& values, const Indices& indices, std::int64_t n,
           [used, m = mesh](const detail::RuntimeTensor<T>& g) {
             return detail::Cotangents{detail::AnyTensor(detail::scatter_add_cotangent<T, I>(
                 label, used, g, m.state(), detail::axis_name_list<MeshT>()))};
+          });
+    }
+    return detail::sharded_from<Sharded<T, MeshT, detail::spec_of<MeshT, L.output>()>>(mesh, r);
+  }
+}
+
+/// take_along<"S">(table, indices): numpy's take_along_axis / torch.gather by labels. Labels of
+/// both operands (other than S) are batch labels (same sizes); the indices may add labels.
+/// Result: the indices' labels, then the table's labels other than S and the batch labels, e.g.
+/// table "G S M", indices "G E C" -> "G E C M" with r[g, e, c, m] = table[g, idx[g, e, c], m];
+/// a negative index gives a zero row (and no gradient). Layout by detail::take_along_layouts:
+/// batch labels split alike in both and S not split -> local, no collective other than the
+/// bounds check (none with Bounds::trusted). Eager; collective over the mesh.
+template <fixed_string Label, Expression Table, Expression Indices>
+auto take_along(const Table& table, const Indices& indices, Bounds bounds = Bounds::checked,
+                std::source_location where = std::source_location::current()) {
+  if constexpr (!detail::check_take_along<Label, Table, Indices>()) {
+    return 0;
+  } else {
+    static_assert(std::is_same_v<typename Table::mesh_type, typename Indices::mesh_type>,
+                  "gshard::take_along: the table and the indices must be on the same Mesh type");
+    using T = typename Table::value_type;
+    using I = typename Indices::value_type;
+    using MeshT = typename Table::mesh_type;
+    constexpr char label = Label.data[0];
+    constexpr detail::AlongLayouts L =
+        detail::take_along_layouts(Table::layout, Indices::layout, label);
+    static_assert(detail::strict_check<MeshT, "take_along", 0, Table::layout, L.data>() &&
+                  detail::strict_check<MeshT, "take_along", 1, Indices::layout, L.indices>());
+    const auto i = detail::materialise(indices);
+    const auto t = detail::materialise(table);
+    const MeshT& mesh = table.mesh();
+    detail::RuntimeTensor<I> used;
+    detail::RuntimeTensor<T> r = detail::take_along_runtime<T, I>(
+        label, mesh.state(), detail::axis_name_list<MeshT>(), t, i, bounds, &used);
+    if constexpr (detail::differentiable_v<T>) {
+      const std::int64_t n = t.shape[static_cast<std::size_t>(t.layout.find(label))];
+      detail::record(
+          mesh, r, std::string("take_along<\"") + label + "\">", where, {t.grad},
+          [used, n, m = mesh](const detail::RuntimeTensor<T>& g) {
+            return detail::Cotangents{detail::AnyTensor(
+                detail::take_along_cotangent<T, I>(label, n, Table::layout, used, g, m.state()))};
+          });
+    }
+    return detail::sharded_from<Sharded<T, MeshT, detail::spec_of<MeshT, L.output>()>>(mesh, r);
+  }
+}
+
+/// scatter_add_along<"S", "G">(values, indices, n): the transpose of take_along. Batch names the
+/// batch labels (letters, e.g. "G" or "GH"; each a label of the indices; default none): the
+/// result is the batch labels in the values' order, then S of size n, then the values' labels
+/// the indices lack, e.g. values "G E C M", indices "G E C", Batch "G" -> "G S M" with
+/// out[g, idx[g, e, c], m] += values[g, e, c, m]; negative indices add nothing. Layout by
+/// detail::scatter_along_layouts: the values stay, the indices take their splits; pending over
+/// the axes of the values' non-batch index labels. Eager; collective over the mesh.
+template <fixed_string Label, fixed_string Batch = "", Expression Values, Expression Indices>
+auto scatter_add_along(const Values& values, const Indices& indices, std::int64_t n,
+                       Bounds bounds = Bounds::checked,
+                       std::source_location where = std::source_location::current()) {
+  if constexpr (!detail::check_scatter_along<Label, Batch, Values, Indices>()) {
+    return 0;
+  } else {
+    static_assert(
+        std::is_same_v<typename Values::mesh_type, typename Indices::mesh_type>,
+        "gshard::scatter_add_along: the values and the indices must be on the same Mesh type");
+    using T = typename Values::value_type;
+    using I = typename Indices::value_type;
+    using MeshT = typename Values::mesh_type;
+    constexpr char label = Label.data[0];
+    constexpr detail::AlongLayouts L =
+        detail::scatter_along_layouts(Values::layout, Indices::layout, label, Batch.view());
+    static_assert(
+        detail::strict_check<MeshT, "scatter_add_along", 1, Indices::layout, L.indices>());
+    const auto v = detail::materialise(values);
+    const auto i = detail::materialise(indices);
+    const MeshT& mesh = values.mesh();
+    detail::RuntimeTensor<I> used;
+    detail::RuntimeTensor<T> r = detail::scatter_add_along_runtime<T, I>(
+        label, Batch.view(), n, mesh.state(), detail::axis_name_list<MeshT>(), v, i, bounds, &used);
+    if constexpr (detail::differentiable_v<T>) {
+      detail::record(
+          mesh, r, std::string("scatter_add_along<\"") + label + "\">", where, {v.grad},
+          [used, m = mesh](const detail::RuntimeTensor<T>& g) {
+            return detail::Cotangents{detail::AnyTensor(detail::scatter_add_along_cotangent<T, I>(
+                label, Values::layout, used, g, m.state(), detail::axis_name_list<MeshT>()))};
           });
     }
     return detail::sharded_from<Sharded<T, MeshT, detail::spec_of<MeshT, L.output>()>>(mesh, r);

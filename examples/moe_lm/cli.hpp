@@ -1,0 +1,145 @@
+#pragma once
+// The main job's command line, parsed with CLI11 (Debian's libcli11-dev). Every rank parses the
+// same argv, so every rank reaches the same verdict; only the rank asked to print does.
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <iostream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gshard/core/error.hpp>
+
+namespace moe_lm {
+
+/// Defaults: the reference model (d_model 128, 4 blocks, 8 experts, context 128,
+/// batch 32) with AdamW-style settings that train a byte model of this size well; steps sized
+/// for about 9 minutes on 4 ranks / 2 cores, with --time-limit as the hard stop that keeps the
+/// README run inside 10 minutes whatever the machine's speed.
+struct Options {
+  std::string mesh = "2x2";  // data x expert [x model]
+  std::vector<int> mesh_shape = {2, 2};
+  int d_model = 128;
+  int layers = 4;  // transformer blocks; every other one is MoE (GShard)
+  int heads = 4;   // head size 32
+  int ffn = 512;   // hidden size of the dense and expert FFNs (4 x d_model)
+  int experts = 8;
+  double capacity_factor = 2.0;  // GShard's top-2 setting
+  int context = 128;
+  int batch = 32;  // global rows per step, split over the data axis
+  int steps = 600;
+  double lr = 2e-3;  // peak, after linear warmup
+  int warmup = 50;
+  int eval_every = 50;
+  int eval_batches = 4;        // held-out batches per evaluation
+  double time_limit = 540;     // seconds of training; 0: none
+  std::string checkpoint_dir;  // empty: no checkpoints
+  std::uint64_t seed = 1;
+  std::string out = "moe_lm_out";  // loss.csv, loss.png, expert_load.csv/png, samples.txt
+  int sample_bytes = 160;          // generated text per language at the end
+  std::string trace;               // reserved: a trace file
+};
+
+/// Parses "2x2", "4x2x1": 2 or 3 positive extents (data x expert [x model]).
+inline std::vector<int> parse_mesh(const std::string& text) {
+  std::vector<int> shape;
+  std::stringstream in(text);
+  std::string piece;
+  const auto bad = [&] {
+    return gshard::Error(
+        "moe_lm::parse_mesh",
+        "mesh '" + text + "' must be data x expert [x model] extents, e.g. 2x2 or 2x1x2");
+  };
+  while (std::getline(in, piece, 'x')) {
+    if (piece.empty() || piece.size() > 6 ||
+        piece.find_first_not_of("0123456789") != std::string::npos)
+      throw bad();
+    const int extent = std::stoi(piece);
+    if (extent < 1) throw bad();
+    shape.push_back(extent);
+  }
+  if (shape.size() < 2 || shape.size() > 3 || text.back() == 'x') throw bad();
+  return shape;
+}
+
+/// The number of ranks a mesh needs.
+inline int mesh_ranks(const std::vector<int>& shape) {
+  int n = 1;
+  for (const int e : shape) n *= e;
+  return n;
+}
+
+/// Parses argv into `options`. Returns std::nullopt to go on, or the exit code when the run
+/// should end now (--help: 0; a bad option: nonzero). Output only where `print` (rank 0).
+inline std::optional<int> parse_options(Options& options, int argc, char** argv,
+                                        bool print = true) {
+  CLI::App app{
+      "moe_lm: a byte-level multilingual mixture-of-experts language model trained with gshard\n"
+      "on Debian's fortune cookies (en de es it ru pl cs zh), balanced across languages.",
+      "moe_lm"};
+  app.option_defaults()->always_capture_default();
+  auto& o = options;
+  const auto positive = CLI::PositiveNumber;
+  app.add_option("--mesh", o.mesh, "mesh shape: data x expert [x model], e.g. 2x2");
+  app.add_option("--d-model", o.d_model, "model width")->check(positive);
+  app.add_option("--layers", o.layers, "transformer blocks (every other one is MoE)")
+      ->check(positive);
+  app.add_option("--heads", o.heads, "attention heads")->check(positive);
+  app.add_option("--ffn", o.ffn, "hidden size of the dense and expert FFNs")->check(positive);
+  app.add_option("--experts", o.experts, "experts per MoE layer")->check(positive);
+  app.add_option("--capacity-factor", o.capacity_factor, "expert capacity factor")->check(positive);
+  app.add_option("--context", o.context, "tokens (bytes) per row")->check(positive);
+  app.add_option("--batch", o.batch, "global rows per step")->check(positive);
+  app.add_option("--steps", o.steps, "training steps")->check(positive);
+  app.add_option("--lr", o.lr, "peak learning rate")->check(positive);
+  app.add_option("--warmup", o.warmup, "linear warmup steps")->check(CLI::NonNegativeNumber);
+  app.add_option("--eval-every", o.eval_every, "steps between held-out evaluations")
+      ->check(positive);
+  app.add_option("--eval-batches", o.eval_batches, "held-out batches per evaluation")
+      ->check(positive);
+  app.add_option("--time-limit", o.time_limit, "stop training after this many seconds (0: none)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--checkpoint-dir", o.checkpoint_dir, "where to save checkpoints (empty: none)");
+  app.add_option("--seed", o.seed, "seed of the initialisation and of the batch sampler");
+  app.add_option("--out", o.out, "output directory for CSV, PNG and sample text");
+  app.add_option("--sample-bytes", o.sample_bytes, "bytes of generated text per language")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--trace", o.trace, "reserved: trace output file");
+  std::ostringstream out, err;
+  try {
+    app.parse(argc, argv);
+    o.mesh_shape = parse_mesh(o.mesh);
+    if (o.d_model % o.heads != 0)
+      throw CLI::ValidationError("--heads", "--d-model " + std::to_string(o.d_model) +
+                                                " must be a multiple of --heads " +
+                                                std::to_string(o.heads));
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e, out, err);
+    if (print) {
+      std::cout << out.str() << std::flush;
+      std::cerr << err.str() << std::flush;
+    }
+    return code;
+  } catch (const gshard::Error& e) {
+    if (print) std::cerr << e.what() << "\nRun with --help for more information.\n";
+    return 2;
+  }
+  return std::nullopt;
+}
+
+/// The options as one line per group, for the run's header.
+inline std::string describe(const Options& o) {
+  std::ostringstream s;
+  s << "mesh " << o.mesh << " (data x expert" << (o.mesh_shape.size() == 3 ? " x model" : "")
+    << "), d_model " << o.d_model << ", " << o.layers << " blocks, " << o.heads << " heads, ffn "
+    << o.ffn << ", " << o.experts << " experts, capacity factor " << o.capacity_factor << "\n"
+    << "context " << o.context << ", batch " << o.batch << ", " << o.steps << " steps, lr " << o.lr
+    << " (warmup " << o.warmup << "), eval every " << o.eval_every << " x " << o.eval_batches
+    << " batches, time limit " << o.time_limit << " s, seed " << o.seed << ", out " << o.out
+    << "\n";
+  return s.str();
+}
+
+}  // namespace moe_lm

@@ -1,0 +1,357 @@
+#pragma once
+// The Mixture-of-Experts layer of GShard (Lepikhin et al. 2020, Algorithms 1 and 2), written with
+// the library's ops so that it is partitioned, differentiated and checked like any user code.
+//
+//   x "G S M" (groups split over any axes)  --router-->  gates "G S E" (softmax of x wg)
+//   routing per group (a local kernel): the k choices, positions in each expert's capacity C
+//     (first choices before second choices), drops, the token of every (expert, slot)
+//   dispatch: take_along<"S">(x, token "G E C") -> "G E C M"      (index-based, local)
+//   reshard to "E G C M" with E split like the experts' weights   (one AllToAll)
+//   expert FFN: relu(d wi) wo, a batched GEMM over the local experts
+//   reshard back to the groups' layout                              (the reverse AllToAll)
+//   combine: take_along<"F">(y, slot "G S K") weighted by the gates  (index-based, local)
+//
+// Options.dense switches dispatch and combine to GShard's dense GSEC einsums (for checking).
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "../autodiff/graph.hpp"
+#include "../core/error.hpp"
+#include "../ops/einsum.hpp"
+#include "../ops/elementwise.hpp"
+#include "../ops/index.hpp"
+#include "../ops/normalize.hpp"
+#include "../ops/reduce.hpp"
+#include "../ops/shape.hpp"
+#include "../ops/topk.hpp"
+#include "../spmd/reshard.hpp"
+#include "../tensor/creation.hpp"
+#include "../tensor/sharded.hpp"
+
+namespace gshard::nn {
+
+/// What happens to the second expert of top-2 gating (GShard §2.2 and Lingvo's policies).
+enum class SecondExpert {
+  all,       // always dispatched
+  random,    // kept only if 2 * g2 > u, u ~ U(0, 1): small second gates are mostly dropped
+  sampling,  // the second expert is sampled from the gates with the first masked out
+};
+
+struct MoeOptions {
+  int k = 2;                     // experts per token: 1 (Switch), 2 (GShard), or more
+  double capacity_factor = 2.0;  // C = max(min_capacity, floor(S * capacity_factor / E))
+  std::int64_t min_capacity = 4;
+  SecondExpert second_expert = SecondExpert::random;  // k = 2 only
+  double jitter = 0.0;     // router input times U(1 - jitter, 1 + jitter) (training)
+  std::uint64_t seed = 0;  // routing randomness (policies, jitter): vary it per step
+  bool dense = false;      // GShard's dense dispatch/combine einsums (for checking)
+};
+
+/// The layer's result: the output in x's layout, the auxiliary load-balancing loss
+/// mean_e(m_e c_e) E^2 averaged over groups (1 for a balanced router), the router z-loss
+/// (mean over tokens of logsumexp(logits)^2; add it with a small coefficient), and statistics.
+template <class Out, class Scalar>
+struct MoeResult {
+  Out output;
+  Scalar aux_loss;
+  Scalar z_loss;
+  std::vector<std::int64_t> tokens_per_expert;  // kept (token, choice) assignments, all groups
+  double dropped_fraction = 0;  // of the assignments routed (after the second-expert policy)
+  std::int64_t capacity = 0;
+};
+
+/// C for S tokens per group and E experts.
+inline std::int64_t moe_capacity(std::int64_t s, std::int64_t e, const MoeOptions& o) {
+  const auto c = static_cast<std::int64_t>(static_cast<double>(s) * o.capacity_factor /
+                                           static_cast<double>(e));
+  return std::max(o.min_capacity, c);
+}
+
+namespace detail {
+
+using gshard::DimLayout;
+using gshard::detail::RuntimeTensor;
+
+/// The layout with dimensions `labels`: G split as in x (no partials), the others unsplit.
+constexpr Layout group_layout(const Layout& x, std::string_view labels) {
+  Layout l{};
+  l.rank = static_cast<int>(labels.size());
+  for (int d = 0; d < l.rank; ++d) {
+    l.dims[d].label = labels[static_cast<std::size_t>(d)];
+    if (l.dims[d].label == 'G') l.dims[d] = x.dims[x.find('G')];
+  }
+  return l;
+}
+
+/// "E G C <last>": E split like the experts' weights, G over x's G axes that E does not use.
+constexpr Layout expert_layout(const Layout& x, const Layout& w, char last) {
+  Layout l{};
+  l.rank = 4;
+  l.dims[0] = w.dims[w.find('E')];
+  const DimLayout& g = x.dims[x.find('G')];
+  l.dims[1].label = 'G';
+  for (int i = 0; i < g.axis_count; ++i)
+    if (!l.dims[0].uses(g.axes[i])) l.dims[1].axes[l.dims[1].axis_count++] = g.axes[i];
+  l.dims[2].label = 'C';
+  l.dims[3].label = last;
+  return l;
+}
+
+template <class T, class MeshT, Layout L>
+using SpecTensor = Sharded<T, MeshT, gshard::detail::spec_of<MeshT, L>()>;
+
+constexpr bool has_labels(const Layout& l, std::string_view labels) {
+  if (l.rank != static_cast<int>(labels.size())) return false;
+  for (char c : labels)
+    if (l.find(c) < 0) return false;
+  return true;
+}
+
+/// The routing of one group block (local: G is the only split label of every operand).
+template <class T>
+struct Routing {
+  Kokkos::View<std::int64_t*> choice;  // "G S K": the expert of each choice
+  Kokkos::View<std::int64_t*> slot;    // "G S K": e * C + position if kept, else -1
+  Kokkos::View<std::int64_t*> token;   // "G E C": the token in each slot, or -1
+  Kokkos::View<T*> keep;               // "G S K": 1 if kept, else 0
+  Kokkos::View<T*> first;              // "G E": the fraction of tokens whose first choice is e
+  Kokkos::View<T*> kept;               // "G E": kept assignments per expert
+  Kokkos::View<T*> routed;             // "G E": assignments after the second-expert policy
+};
+
+/// Choices, positions and drops for each local group, one group per thread. `gates` is the
+/// local block of "G S E", `u` of "G S K" uniforms (policies), `valid_g` the groups held.
+template <class T>
+Routing<T> route(const Kokkos::View<T*>& gates, const Kokkos::View<T*>& u, std::int64_t g_local,
+                 std::int64_t valid_g, std::int64_t s, std::int64_t e, std::int64_t k,
+                 std::int64_t c, SecondExpert policy) {
+  Routing<T> r;
+  const auto n = static_cast<std::size_t>(g_local);
+  const auto sk = static_cast<std::size_t>(s * k);
+  r.choice = Kokkos::View<std::int64_t*>("gshard::moe_choice", n * sk);
+  r.slot = Kokkos::View<std::int64_t*>("gshard::moe_slot", n * sk);
+  r.token = Kokkos::View<std::int64_t*>("gshard::moe_token", n * static_cast<std::size_t>(e * c));
+  r.keep = Kokkos::View<T*>("gshard::moe_keep", n * sk);
+  r.first = Kokkos::View<T*>("gshard::moe_first", n * static_cast<std::size_t>(e));
+  r.kept = Kokkos::View<T*>("gshard::moe_kept", n * static_cast<std::size_t>(e));
+  r.routed = Kokkos::View<T*>("gshard::moe_routed", n * static_cast<std::size_t>(e));
+  // Per-group scratch: counts per expert (base: kept by earlier choices, cnt: this choice).
+  Kokkos::View<std::int64_t*> base("gshard::moe_base", n * static_cast<std::size_t>(e));
+  Kokkos::View<std::int64_t*> cnt("gshard::moe_count", n * static_cast<std::size_t>(e));
+  Kokkos::View<unsigned char*> routed_flag("gshard::moe_routed_flag", n * sk);
+  std::int64_t* choice = r.choice.data();
+  std::int64_t* slot = r.slot.data();
+  std::int64_t* token = r.token.data();
+  T* keep = r.keep.data();
+  T* first = r.first.data();
+  T* kept = r.kept.data();
+  T* routed = r.routed.data();
+  const T* gp_all = gates.data();
+  const T* up = u.data();
+  std::int64_t* base_all = base.data();
+  std::int64_t* cnt_all = cnt.data();
+  unsigned char* flag_all = routed_flag.data();
+  Kokkos::parallel_for(
+      "gshard::moe_route", Kokkos::RangePolicy<>(0, valid_g), KOKKOS_LAMBDA(std::int64_t grp) {
+        const T* gp = gp_all + grp * s * e;
+        std::int64_t* ch = choice + grp * s * k;
+        unsigned char* rf = flag_all + grp * s * k;
+        const T* ug = up + grp * s * k;
+        for (std::int64_t t = 0; t < s; ++t) {
+          const T* row = gp + t * e;
+          for (std::int64_t j = 0; j < k; ++j) {
+            std::int64_t best = -1;
+            if (j == 1 && k == 2 && policy == SecondExpert::sampling) {
+              // Inverse CDF over the gates without the first choice.
+              T total = 0;
+              for (std::int64_t x = 0; x < e; ++x)
+                if (x != ch[t * k]) total += row[x];
+              const T target = ug[t * k + 1] * total;
+              T acc = 0;
+              for (std::int64_t x = 0; x < e && best < 0; ++x) {
+                if (x == ch[t * k]) continue;
+                acc += row[x];
+                if (acc > target) best = x;
+              }
+              for (std::int64_t x = e - 1; x >= 0 && best < 0; --x)
+                if (x != ch[t * k]) best = x;  // rounding left the target past the end
+            } else {
+              // The largest remaining gate, ties to the smaller expert.
+              for (std::int64_t x = 0; x < e; ++x) {
+                bool taken = false;
+                for (std::int64_t i = 0; i < j; ++i) taken = taken || ch[t * k + i] == x;
+                if (!taken && (best < 0 || row[x] > row[best])) best = x;
+              }
+            }
+            ch[t * k + j] = best;
+            bool on = true;
+            if (j == 1 && k == 2 && policy == SecondExpert::random) {
+              const T g1 = row[ch[t * k]], g2 = row[best];
+              const T norm = g1 + g2 > T(0) ? g2 / (g1 + g2) : T(0);
+              on = T(2) * norm > ug[t * k + 1];
+            }
+            rf[t * k + j] = on ? 1 : 0;
+          }
+          first[grp * e + ch[t * k]] += T(1) / static_cast<T>(s);
+        }
+        // Positions: choice j's tokens queue after everything earlier choices kept.
+        std::int64_t* b = base_all + grp * e;
+        std::int64_t* cn = cnt_all + grp * e;
+        for (std::int64_t x = 0; x < e * c; ++x) token[grp * e * c + x] = -1;
+        for (std::int64_t j = 0; j < k; ++j) {
+          for (std::int64_t x = 0; x < e; ++x) cn[x] = 0;
+          for (std::int64_t t = 0; t < s; ++t) {
+            const std::int64_t at = (grp * s + t) * k + j;
+            slot[at] = -1;
+            if (!rf[t * k + j]) continue;
+            const std::int64_t x = ch[t * k + j];
+            const std::int64_t pos = b[x] + cn[x]++;
+            routed[grp * e + x] += T(1);
+            if (pos >= c) continue;
+            slot[at] = x * c + pos;
+            keep[at] = T(1);
+            kept[grp * e + x] += T(1);
+            token[(grp * e + x) * c + pos] = t;
+          }
+          for (std::int64_t x = 0; x < e; ++x) b[x] = b[x] + cn[x] < c ? b[x] + cn[x] : c;
+        }
+      });
+  Kokkos::fence();
+  return r;
+}
+
+}  // namespace detail
+
+/// The MoE layer: x "G S M" (tokens in groups), the router wg "M E", the experts' weights
+/// wi "E M H" and wo "E H M" (E split over the expert axis or axes; any other splits are the
+/// einsum rules' business). Collective over the mesh. Differentiable in x, wg, wi and wo.
+template <class X, class Wg, class Wi, class Wo>
+auto moe(const X& x, const Wg& wg, const Wi& wi, const Wo& wo, const MoeOptions& opt = {}) {
+  using T = typename X::value_type;
+  using MeshT = typename X::mesh_type;
+  static_assert(
+      detail::has_labels(X::layout, "GSM") && X::layout.find('S') == 1 && X::layout.find('G') == 0,
+      "gshard::nn::moe: the tokens must be \"G S M\" (groups, tokens per group, model)");
+  static_assert(detail::has_labels(Wg::layout, "ME"),
+                "gshard::nn::moe: the router must be \"M E\"");
+  static_assert(detail::has_labels(Wi::layout, "EMH") && Wi::layout.find('E') == 0,
+                "gshard::nn::moe: the experts' first weights must be \"E M H\"");
+  static_assert(detail::has_labels(Wo::layout, "EHM") && Wo::layout.find('E') == 0,
+                "gshard::nn::moe: the experts' second weights must be \"E H M\"");
+  static_assert(X::layout.dims[1].axis_count == 0, "gshard::nn::moe: S must not be split");
+  static_assert(X::layout.partial_count == 0, "gshard::nn::moe: finish x's partial sums first");
+
+  constexpr Layout gse = detail::group_layout(X::layout, "GSE");
+  constexpr Layout gsk = detail::group_layout(X::layout, "GSK");
+  constexpr Layout gec = detail::group_layout(X::layout, "GEC");
+  constexpr Layout ge = detail::group_layout(X::layout, "GE");
+  constexpr Layout gs_ = detail::group_layout(X::layout, "GS");
+  constexpr Layout gecm = detail::group_layout(X::layout, "GECM");
+  constexpr Layout ecgm = detail::expert_layout(X::layout, Wi::layout, 'M');
+  using Gates = detail::SpecTensor<T, MeshT, gse>;
+  using PerChoice = detail::SpecTensor<T, MeshT, gsk>;
+  using ChoiceIndex = detail::SpecTensor<std::int64_t, MeshT, gsk>;
+  using SlotToken = detail::SpecTensor<std::int64_t, MeshT, gec>;
+  using PerExpert = detail::SpecTensor<T, MeshT, ge>;
+  using PerToken = detail::SpecTensor<T, MeshT, gs_>;
+  using Grouped = detail::SpecTensor<T, MeshT, gecm>;
+  using AtExperts = detail::SpecTensor<T, MeshT, ecgm>;
+
+  const MeshT& mesh = x.mesh();
+  const Shape xs = x.shape();
+  const std::int64_t g = xs[0], s = xs[1];
+  const std::int64_t e = wg.shape()[static_cast<std::size_t>(Wg::layout.find('E'))];
+  if (opt.k < 1 || opt.k > e)
+    throw Error("moe", "k = " + std::to_string(opt.k) + " experts per token, but there are " +
+                           std::to_string(e) + " experts (\"" + std::string(Wg::spec.view()) +
+                           "\" of global shape " + gshard::detail::shape_string(wg.shape()) + ")");
+  if (!(opt.capacity_factor > 0) || opt.min_capacity < 1)
+    throw Error("moe", "the capacity factor (" + std::to_string(opt.capacity_factor) +
+                           ") and the minimum capacity (" + std::to_string(opt.min_capacity) +
+                           ") must be positive");
+  if (!(opt.jitter >= 0 && opt.jitter < 1))
+    throw Error("moe", "the jitter " + std::to_string(opt.jitter) + " must be in [0, 1)");
+  const std::int64_t k = opt.k;
+  const std::int64_t c = moe_capacity(s, e, opt);
+
+  // Router.
+  const Gates logits = [&] {
+    if (opt.jitter > 0) {
+      const X noise =
+          random_uniform_like(x, opt.seed ^ 0x6a09e667f3bcc908ULL, static_cast<T>(1 - opt.jitter),
+                              static_cast<T>(1 + opt.jitter));
+      return Gates(einsum<"GSM,ME->GSE">(x * noise, wg));
+    }
+    return Gates(einsum<"GSM,ME->GSE">(x, wg));
+  }();
+  const Gates gates = softmax<"E">(logits);
+
+  // Routing: integer decisions, no gradient.
+  const PerChoice u = random_uniform<PerChoice>(mesh, {g, s, k}, opt.seed);
+  const std::int64_t g_local = gates.local_shape()[0];
+  const std::int64_t valid_g = gates.valid_extents()[0];
+  const detail::Routing<T> r = detail::route<T>(gates.local_view(), u.local_view(), g_local,
+                                                valid_g, s, e, k, c, opt.second_expert);
+  const ChoiceIndex choice(mesh, {g, s, k}, r.choice);
+  const ChoiceIndex slot(mesh, {g, s, k}, r.slot);
+  const SlotToken token(mesh, {g, e, c}, r.token);
+  const PerChoice keep(mesh, {g, s, k}, r.keep);
+  const PerExpert first(mesh, {g, e}, r.first);
+
+  // Gate values of the choices (differentiable), normalised over the k choices before drops.
+  const PerChoice chosen = take_along<"E">(gates, choice, Bounds::trusted);
+  const PerChoice weight = [&] {
+    if (k == 1) return PerChoice(chosen * keep);
+    return PerChoice(chosen / sum<"K">(chosen) * keep);
+  }();
+
+  // Dispatch, experts, and back.
+  const Grouped dispatched = [&] {
+    if (!opt.dense) return Grouped(take_along<"S">(x, token, Bounds::trusted));
+    const auto onehot = one_hot<"F", T>(slot, e * c);  // "G S K F": zero rows for drops
+    const auto mask = split<"F", "EC">(sum<"K">(onehot), {e, c});
+    return Grouped(einsum<"GSEC,GSM->GECM">(mask, x));
+  }();
+  const AtExperts at_experts = reshard<AtExperts>(dispatched);
+  const auto hidden = relu(einsum<"EGCM,EMH->EGCH">(at_experts, wi));
+  const AtExperts y_experts = einsum<"EGCH,EHM->EGCM">(hidden, wo);
+  const Grouped y = reshard<Grouped>(y_experts);
+  const X out = [&] {
+    if (!opt.dense) {
+      const auto taken = take_along<"F">(merge<"EC", "F">(y), slot, Bounds::trusted);  // "G S K M"
+      return X(einsum<"GSKM,GSK->GSM">(taken, weight));
+    }
+    const auto onehot = one_hot<"F", T>(slot, e * c);
+    const auto combine = split<"F", "EC">(einsum<"GSK,GSKF->GSF">(weight, onehot), {e, c});
+    return X(einsum<"GSEC,GECM->GSM">(combine, y));
+  }();
+
+  // Losses.
+  const auto m = mean<"S">(gates);  // "G E"
+  const auto aux =
+      (einsum<"GE,GE->">(m, first) * (static_cast<double>(e) / static_cast<double>(g))).eval();
+  const PerToken lse = logsumexp<"E">(logits);
+  const auto z = (einsum<"GS,GS->">(lse, lse) * (1.0 / static_cast<double>(g * s))).eval();
+
+  // Statistics (not differentiated).
+  std::vector<std::int64_t> per_expert(static_cast<std::size_t>(e));
+  double dropped = 0;
+  {
+    NoGrad off;
+    const std::vector<T> kept = sum<"G">(PerExpert(mesh, {g, e}, r.kept)).to_global();
+    const std::vector<T> routed = sum<"G">(PerExpert(mesh, {g, e}, r.routed)).to_global();
+    double kept_all = 0, routed_all = 0;
+    for (std::size_t i = 0; i < kept.size(); ++i) {
+      per_expert[i] = static_cast<std::int64_t>(kept[i]);
+      kept_all += static_cast<double>(kept[i]);
+      routed_all += static_cast<double>(routed[i]);
+    }
+    dropped = routed_all > 0 ? 1.0 - kept_all / routed_all : 0.0;
+  }
+  return MoeResult<X, std::decay_t<decltype(aux)>>{out, aux, z, per_expert, dropped, c};
+}
+
+}  // namespace gshard::nn
