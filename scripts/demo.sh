@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs the main job on 4 ranks.
+# Installs what is missing, builds, and runs the main job: the multilingual MoE language model
+# (examples/moe_lm) on 4 ranks, a 2x2 data x expert mesh, at most 10 minutes (--time-limit stops
+# training early on a slow machine). Extra arguments go to moe_lm (--help lists them).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/install-deps.sh demo
 source scripts/mpi-env.sh
 cmake --preset release >/dev/null
-cmake --build --preset release -j "$(nproc)" --target sharded_matvec
-mpirun --oversubscribe --bind-to none --timeout 600 -n 4 build/release/examples/sharded_matvec "$@"
+cmake --build --preset release -j "$(nproc)" --target moe_lm
+mpirun --oversubscribe --bind-to none --timeout 660 -n 4 build/release/examples/moe_lm/moe_lm \
+  --mesh 2x2 --out moe_lm_out "$@"

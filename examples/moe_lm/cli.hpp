@@ -29,12 +29,12 @@ struct Options {
   double capacity_factor = 2.0;  // GShard's top-2 setting
   int context = 128;
   int batch = 32;  // global rows per step, split over the data axis
-  int steps = 600;
+  int steps = 680;
   double lr = 2e-3;  // peak, after linear warmup
   int warmup = 50;
   int eval_every = 50;
   int eval_batches = 4;        // held-out batches per evaluation
-  double time_limit = 540;     // seconds of training; 0: none
+  double time_limit = 560;     // seconds from start to the end of training; 0: none
   std::string checkpoint_dir;  // empty: no checkpoints
   std::uint64_t seed = 1;
   std::string out = "moe_lm_out";  // loss.csv, loss.png, expert_load.csv/png, samples.txt

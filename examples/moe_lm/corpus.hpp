@@ -305,41 +305,81 @@ inline const std::string& stream_of(const Corpus& corpus, Split split, int langu
   return split == Split::train ? lang.train : lang.held_out;
 }
 
+namespace detail {
+
+inline void check_batch_request(const Corpus& corpus, Split split, std::int64_t step,
+                                std::int64_t batch, std::int64_t context, const char* op) {
+  const std::int64_t stream_bytes =
+      split == Split::train ? corpus.train_bytes : corpus.held_out_bytes;
+  if (corpus.languages.empty() || batch < 1 || context < 1 || step < 0 ||
+      stream_bytes < context + 1)
+    throw gshard::Error(
+        op,
+        "need a loaded corpus, batch >= 1, context >= 1, step >= 0 and context + 1 <= stream "
+        "bytes; got batch " +
+            std::to_string(batch) + ", context " + std::to_string(context) + ", step " +
+            std::to_string(step) + ", " + std::to_string(stream_bytes) + " bytes per stream");
+}
+
+/// Row b of the batch of `step` from language `lang`: its window starts at a hash of (seed,
+/// split, step, b, salt), uniform over the stream.
+inline void fill_row(const Corpus& corpus, Split split, std::uint64_t seed, std::int64_t step,
+                     std::int64_t b, int lang, std::uint64_t salt, Batch& out) {
+  const std::string& stream = stream_of(corpus, split, lang);
+  const std::int64_t context = out.context;
+  const auto starts =
+      static_cast<std::uint64_t>(static_cast<std::int64_t>(stream.size()) - context);
+  std::uint64_t h = mix(seed ^ salt ^ (split == Split::train ? 0x7261696eULL : 0x68656c64ULL));
+  h = mix(h + static_cast<std::uint64_t>(step));
+  h = mix(h + static_cast<std::uint64_t>(b));
+  const auto start = static_cast<std::int64_t>(h % starts);
+  out.language.push_back(lang);
+  out.offset.push_back(start);
+  for (std::int64_t t = 0; t <= context; ++t)
+    out.tokens[static_cast<std::size_t>(b * (context + 1) + t)] =
+        static_cast<unsigned char>(stream[static_cast<std::size_t>(start + t)]);
+}
+
+inline Batch empty_batch(std::int64_t batch, std::int64_t context) {
+  Batch out;
+  out.batch = batch;
+  out.context = context;
+  out.tokens.resize(static_cast<std::size_t>(batch * (context + 1)));
+  return out;
+}
+
+}  // namespace detail
+
 /// The global batch of `step`: a pure function of (corpus, split, seed, step, batch, context).
 /// Row b's language cycles, (step * batch + b) mod languages, so languages get equal rows; its
 /// window starts at a hash of (seed, split, step, b), uniform over the stream. Held-out batches
 /// for evaluation are steps 0, 1, ... of Split::held_out with a fixed seed.
 inline Batch sample_batch(const Corpus& corpus, Split split, std::uint64_t seed, std::int64_t step,
                           std::int64_t batch, std::int64_t context) {
+  detail::check_batch_request(corpus, split, step, batch, context, "moe_lm::sample_batch");
   const auto languages = static_cast<std::int64_t>(corpus.languages.size());
-  const std::int64_t stream_bytes =
-      split == Split::train ? corpus.train_bytes : corpus.held_out_bytes;
-  if (languages == 0 || batch < 1 || context < 1 || step < 0 || stream_bytes < context + 1)
-    throw gshard::Error(
-        "moe_lm::sample_batch",
-        "need a loaded corpus, batch >= 1, context >= 1, step >= 0 and context + 1 <= stream "
-        "bytes; got batch " +
-            std::to_string(batch) + ", context " + std::to_string(context) + ", step " +
-            std::to_string(step) + ", " + std::to_string(stream_bytes) + " bytes per stream");
-  Batch out;
-  out.batch = batch;
-  out.context = context;
-  out.tokens.resize(static_cast<std::size_t>(batch * (context + 1)));
-  const auto starts = static_cast<std::uint64_t>(stream_bytes - context);
-  const std::uint64_t salt = split == Split::train ? 0x7261696eULL : 0x68656c64ULL;
+  Batch out = detail::empty_batch(batch, context);
   for (std::int64_t b = 0; b < batch; ++b) {
     const auto lang = static_cast<int>(((step % languages) * (batch % languages) + b) % languages);
-    std::uint64_t h = detail::mix(seed ^ salt);
-    h = detail::mix(h + static_cast<std::uint64_t>(step));
-    h = detail::mix(h + static_cast<std::uint64_t>(b));
-    const auto start = static_cast<std::int64_t>(h % starts);
-    const std::string& stream = stream_of(corpus, split, lang);
-    out.language.push_back(lang);
-    out.offset.push_back(start);
-    for (std::int64_t t = 0; t <= context; ++t)
-      out.tokens[static_cast<std::size_t>(b * (context + 1) + t)] =
-          static_cast<unsigned char>(stream[static_cast<std::size_t>(start + t)]);
+    detail::fill_row(corpus, split, seed, step, b, lang, 0, out);
   }
+  return out;
+}
+
+/// Like sample_batch, but every row from one language (per-language held-out loss and expert
+/// load). Its windows differ from sample_batch's (another salt).
+inline Batch sample_language_batch(const Corpus& corpus, Split split, int language,
+                                   std::uint64_t seed, std::int64_t step, std::int64_t batch,
+                                   std::int64_t context) {
+  detail::check_batch_request(corpus, split, step, batch, context, "moe_lm::sample_language_batch");
+  if (language < 0 || static_cast<std::size_t>(language) >= corpus.languages.size())
+    throw gshard::Error(
+        "moe_lm::sample_language_batch",
+        "language " + std::to_string(language) + " of " + std::to_string(corpus.languages.size()));
+  Batch out = detail::empty_batch(batch, context);
+  const std::uint64_t salt = detail::mix(0x6c616e67ULL + static_cast<std::uint64_t>(language));
+  for (std::int64_t b = 0; b < batch; ++b)
+    detail::fill_row(corpus, split, seed, step, b, language, salt, out);
   return out;
 }
 

@@ -256,9 +256,12 @@ struct Progress {
 inline std::string format_progress(const Progress& p) {
   const auto width = std::to_string(p.steps).size();
   const auto rate = static_cast<std::int64_t>(std::llround(std::max(0.0, p.tokens_per_s)));
-  std::string grouped = std::to_string(rate);
-  for (auto i = static_cast<std::ptrdiff_t>(grouped.size()) - 3; i > 0; i -= 3)
-    grouped.insert(static_cast<std::size_t>(i), ",");
+  const std::string digits = std::to_string(rate);
+  std::string grouped;  // built forwards: GCC 12's -Wrestrict misfires on string::insert here
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) grouped += ',';
+    grouped += digits[i];
+  }
   char text[256];
   std::snprintf(
       text, sizeof text, "step %*lld/%lld  loss %.4f  aux %.4f  dropped %5.2f%%  %s tok/s  ETA %s",

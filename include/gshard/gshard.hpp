@@ -22,6 +22,7 @@
 #include "nn/moe.hpp"
 #include "nn/optimizers.hpp"
 #include "nn/schedules.hpp"
+#include "nn/transformer.hpp"
 #include "ops/conv.hpp"
 #include "ops/einsum.hpp"
 #include "ops/elementwise.hpp"

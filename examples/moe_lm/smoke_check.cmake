@@ -1,0 +1,38 @@
+# The main job's smoke test: runs COMMAND (arguments separated by '|'), which must succeed, print
+# the plan, progress, held-out losses and the closing line, and leave in OUT two PNG images (by
+# their signature), the CSVs they were drawn from, and the samples.
+foreach(var COMMAND OUT)
+  if(NOT DEFINED ${var})
+    message(FATAL_ERROR "smoke_check.cmake: ${var} is not set")
+  endif()
+endforeach()
+file(REMOVE_RECURSE "${OUT}")
+string(REPLACE "|" ";" command "${COMMAND}")
+execute_process(COMMAND ${command} RESULT_VARIABLE result OUTPUT_VARIABLE out ERROR_VARIABLE out)
+message("${out}")
+if(NOT result EQUAL 0)
+  message(FATAL_ERROR "moe_lm failed (${result})")
+endif()
+foreach(pattern "plan: mesh data 2 x expert 2 x model 1" "collectives of one training step"
+    "AllToAll +over expert +4 calls" "step 4/4  loss [0-9.]+  aux" "held-out  step 4  loss [0-9.]+ nats/byte"
+    "done: 4 steps")
+  if(NOT out MATCHES "${pattern}")
+    message(FATAL_ERROR "moe_lm's output does not match \"${pattern}\"")
+  endif()
+endforeach()
+foreach(png loss.png expert_load.png)
+  file(READ "${OUT}/${png}" signature LIMIT 4 HEX)
+  if(NOT signature STREQUAL "89504e47")
+    message(FATAL_ERROR "${OUT}/${png} is not a PNG image (starts with ${signature})")
+  endif()
+endforeach()
+file(STRINGS "${OUT}/loss.csv" loss_rows)
+list(LENGTH loss_rows n)
+if(NOT n EQUAL 6)  # header, the evaluation before step 1, steps 1..4
+  message(FATAL_ERROR "${OUT}/loss.csv has ${n} lines, expected 6")
+endif()
+file(STRINGS "${OUT}/samples.txt" sample_headers REGEX "^== [a-z][a-z] ==$")
+list(LENGTH sample_headers n)
+if(NOT n EQUAL 8)
+  message(FATAL_ERROR "${OUT}/samples.txt has ${n} languages, expected 8")
+endif()

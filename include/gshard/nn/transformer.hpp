@@ -1,0 +1,402 @@
+#pragma once
+// A decoder-only Transformer language model with GShard's MoE layer in every other block, written
+// only with the library's ops (einsum, elementwise, softmax, layer_norm, take, take_along, slice,
+// nn::moe), so it is partitioned, differentiated and checked like any user code.
+//
+//   tokens "B S" (B over data*expert) --take--> "B S M" + positions "S M"
+//   block l (pre-LN): x += attn(ln(x)); x += ffn(ln(x)), ffn = MoE when l is odd, else dense
+//   final ln, logits "B S V" (tied to the embedding, or an untied "M V"), cross-entropy
+//
+// Parameters of the blocks are stacked over a leading label L (one slice per layer), so the
+// parameter list is a fixed tuple whatever the number of layers (track, grad, optimizers).
+// Mesh: any Mesh whose axes include "data" and "expert"; an axis "model" (optional) splits
+// heads, the dense FFN's hidden units and the vocabulary (Megatron style).
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "../autodiff/grad.hpp"
+#include "../core/error.hpp"
+#include "../ops/einsum.hpp"
+#include "../ops/elementwise.hpp"
+#include "../ops/index.hpp"
+#include "../ops/normalize.hpp"
+#include "../ops/reduce.hpp"
+#include "../ops/shape.hpp"
+#include "../tensor/creation.hpp"
+#include "../tensor/sharded.hpp"
+#include "moe.hpp"
+
+namespace gshard::nn {
+
+namespace detail {
+
+template <class MeshT>
+constexpr int axis_index(std::string_view name) {
+  for (std::size_t i = 0; i < MeshT::axis_names.size(); ++i)
+    if (MeshT::axis_names[i] == name) return static_cast<int>(i);
+  return -1;
+}
+
+/// Unsplit dimensions with these labels.
+constexpr Layout plain_layout(std::string_view labels) {
+  Layout l{};
+  l.rank = static_cast<int>(labels.size());
+  for (int d = 0; d < l.rank; ++d) l.dims[d].label = labels[static_cast<std::size_t>(d)];
+  return l;
+}
+
+/// `l` with `axis` appended (minor) to the split of `label`; no change for axis -1.
+constexpr Layout with_split(Layout l, char label, int axis) {
+  if (axis < 0) return l;
+  DimLayout& d = l.dims[l.find(label)];
+  d.axes[d.axis_count++] = axis;
+  return l;
+}
+
+/// The layouts of the model on MeshT: batch over data*expert, experts over expert, and heads,
+/// hidden units and vocabulary over model when the mesh has that axis.
+template <class T, class MeshT>
+struct TransformerTypes {
+  static constexpr int data = axis_index<MeshT>("data");
+  static constexpr int expert = axis_index<MeshT>("expert");
+  static constexpr int model = axis_index<MeshT>("model");
+  static_assert(data >= 0 && expert >= 0,
+                "gshard::nn transformer: the mesh needs axes named \"data\" and \"expert\"");
+
+  static constexpr Layout batch(std::string_view labels) {
+    return with_split(with_split(plain_layout(labels), 'B', data), 'B', expert);
+  }
+  static constexpr Layout on_model(std::string_view labels, char label) {
+    return with_split(plain_layout(labels), label, model);
+  }
+  static constexpr Layout on_expert(std::string_view labels) {
+    return with_split(plain_layout(labels), 'E', expert);
+  }
+
+  template <Layout L>
+  using Of = SpecTensor<T, MeshT, L>;
+  template <Layout L>
+  using IndexOf = SpecTensor<std::int64_t, MeshT, L>;
+
+  using Scalar = Of<plain_layout("")>;
+  using X = Of<batch("BSM")>;                                // activations
+  using Scores = Of<with_split(batch("BNST"), 'N', model)>;  // attention probabilities
+  using Mask = Of<plain_layout("ST")>;
+  using Vector = Of<plain_layout("M")>;      // layer-norm gain and bias
+  using Stacked = Of<plain_layout("LM")>;    // one per layer
+  using Table = Of<on_model("VM", 'V')>;     // the embedding
+  using Unembed = Of<on_model("MV", 'V')>;   // an untied output projection
+  using Positions = Of<plain_layout("SM")>;  // learned positions
+  using Wqkv = Of<on_model("MND", 'N')>;
+  using Wout = Of<on_model("NDM", 'N')>;
+  using StackedWqkv = Of<on_model("LMND", 'N')>;
+  using StackedWout = Of<on_model("LNDM", 'N')>;
+  using StackedWi = Of<on_model("LMH", 'H')>;
+  using StackedWo = Of<on_model("LHM", 'H')>;
+  using Wi = Of<on_model("MH", 'H')>;
+  using Wo = Of<on_model("HM", 'H')>;
+  using Router = Of<plain_layout("ME")>;
+  using StackedRouter = Of<plain_layout("LME")>;
+  using ExpertWi = Of<on_expert("EMH")>;
+  using ExpertWo = Of<on_expert("EHM")>;
+  using StackedExpertWi = Of<with_split(plain_layout("LEMH"), 'E', expert)>;
+  using StackedExpertWo = Of<with_split(plain_layout("LEHM"), 'E', expert)>;
+};
+
+inline std::uint64_t parameter_seed(std::uint64_t seed, std::uint64_t i) {
+  std::uint64_t z = seed + 0x9e3779b97f4a7c15ULL * (i + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace detail
+
+/// The causal mask "S T": 0 where t <= s, `negative` (a large negative number) where t > s.
+/// Replicated; built on the host, no communication.
+template <class Mask>
+Mask causal_mask(const typename Mask::mesh_type& mesh, std::int64_t s, double negative = -1e9) {
+  std::vector<typename Mask::value_type> v(static_cast<std::size_t>(s * s));
+  for (std::int64_t i = 0; i < s; ++i)
+    for (std::int64_t t = i + 1; t < s; ++t)
+      v[static_cast<std::size_t>(i * s + t)] = static_cast<typename Mask::value_type>(negative);
+  return from_global<Mask>(mesh, {s, s}, v);
+}
+
+/// Causal multi-head self-attention: x "B S M", wq/wk/wv "M N D", wo "N D M", mask "S T"
+/// (causal_mask). q, k, v = x w; scores "B N S T" = q k / sqrt(D) + mask; softmax over T; the
+/// weighted sum of v, projected back to "B S M" in x's type (heads split over an axis leave
+/// a partial sum that this conversion finishes: one AllReduce, as in Megatron).
+template <class X, class Wq, class Wk, class Wv, class Wo, class Mask>
+X causal_attention(const X& x, const Wq& wq, const Wk& wk, const Wv& wv, const Wo& wo,
+                   const Mask& mask) {
+  const std::int64_t d = wq.shape()[static_cast<std::size_t>(Wq::layout.find('D'))];
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const auto q = einsum<"BSM,MND->BSND">(x, wq).eval();
+  const auto k = einsum<"BSM,MND->BSND">(x, wk).eval().template as<"BTND">();
+  const auto v = einsum<"BSM,MND->BSND">(x, wv).eval().template as<"BTND">();
+  const auto scores = (einsum<"BSND,BTND->BNST">(q, k) * scale + mask).eval();
+  const auto p = softmax<"T">(scores);
+  return X(einsum<"BSND,NDM->BSM">(einsum<"BNST,BTND->BSND">(p, v), wo));
+}
+
+/// Sizes and options of the language model.
+struct TransformerConfig {
+  std::int64_t vocab = 256;
+  std::int64_t d_model = 64;
+  std::int64_t heads = 4;
+  std::int64_t head_dim = 16;
+  std::int64_t d_ff = 128;           // dense blocks' hidden units
+  std::int64_t layers = 2;           // blocks; block l is MoE when l is odd (and experts > 0)
+  std::int64_t max_len = 128;        // learned positions
+  std::int64_t experts = 4;          // 0: every block dense
+  std::int64_t expert_hidden = 128;  // experts' hidden units
+  MoeOptions moe{};                  // moe.seed is mixed with the seed given to loss()
+  double aux_loss_weight = 1e-2;     // total = cross_entropy + w_aux aux + w_z z
+  double z_loss_weight = 0.0;
+  double ln_eps = 1e-5;
+  double embedding_sd = 0;  // init sd of the embedding and positions; 0: 1/sqrt(d_model)
+
+  [[nodiscard]] std::int64_t moe_layers() const { return experts > 0 ? layers / 2 : 0; }
+  [[nodiscard]] std::int64_t dense_layers() const { return layers - moe_layers(); }
+};
+
+/// Per forward pass: the MoE layers' statistics, in block order.
+struct TransformerStats {
+  std::vector<std::vector<std::int64_t>> tokens_per_expert;
+  std::vector<double> dropped_fraction;
+  std::int64_t capacity = 0;
+};
+
+/// loss(): total = cross_entropy + aux_loss_weight aux_loss + z_loss_weight z_loss. Cross-entropy
+/// in mean nats per token; aux_loss and z_loss (the routers') averaged over the MoE layers
+/// (zero without MoE layers). All rank-0 tensors, differentiable.
+template <class Scalar>
+struct TransformerLoss {
+  Scalar total;
+  Scalar cross_entropy;
+  Scalar aux_loss;
+  Scalar z_loss;
+  TransformerStats stats;
+};
+
+/// The decoder-only language model. T: float or double; MeshT: axes include "data" and
+/// "expert" (optionally "model"); Tied: logits through the embedding table (else a separate
+/// "M V" projection).
+template <class T, class MeshT, bool Tied = true>
+struct TransformerLM {
+  using Types = detail::TransformerTypes<T, MeshT>;
+  using X = typename Types::X;
+  using Scalar = typename Types::Scalar;
+  using Mask = typename Types::Mask;
+  using Tokens = typename Types::template IndexOf<Types::batch("BS")>;
+
+  TransformerConfig config;
+  typename Types::Table embed;    // "V M"
+  typename Types::Positions pos;  // "S M", max_len positions
+  typename Types::Stacked ln1_g;  // "L M", every block
+  typename Types::Stacked ln1_b;
+  typename Types::StackedWqkv wq;  // "L M N D"
+  typename Types::StackedWqkv wk;
+  typename Types::StackedWqkv wv;
+  typename Types::StackedWout wo;  // "L N D M"
+  typename Types::Stacked ln2_g;
+  typename Types::Stacked ln2_b;
+  typename Types::StackedWi ffn_wi;        // "L M H", dense blocks (even l)
+  typename Types::StackedWo ffn_wo;        // "L H M"
+  typename Types::StackedRouter moe_wg;    // "L M E", MoE blocks (odd l)
+  typename Types::StackedExpertWi moe_wi;  // "L E M H"
+  typename Types::StackedExpertWo moe_wo;  // "L E H M"
+  typename Types::Vector lnf_g;            // final layer norm
+  typename Types::Vector lnf_b;
+  typename Types::Unembed out;  // "M V": untied only (empty {0, 0} when tied)
+
+  /// Scaled normal init from a seed (bitwise the same on every mesh): weights N(0, 1/fan_in),
+  /// embedding and positions N(0, embedding_sd^2) (default 1/d_model), layer-norm gains 1 and
+  /// biases 0.
+  static TransformerLM init(const MeshT& mesh, const TransformerConfig& c, std::uint64_t seed) {
+    if (c.vocab < 1 || c.d_model < 1 || c.heads < 1 || c.head_dim < 1 || c.d_ff < 1 ||
+        c.layers < 1 || c.max_len < 1 || c.experts < 0 || (c.experts > 0 && c.expert_hidden < 1))
+      throw Error("TransformerLM",
+                  "every size must be positive (experts may be 0): vocab " +
+                      std::to_string(c.vocab) + ", d_model " + std::to_string(c.d_model) +
+                      ", heads " + std::to_string(c.heads) + ", head_dim " +
+                      std::to_string(c.head_dim) + ", d_ff " + std::to_string(c.d_ff) +
+                      ", layers " + std::to_string(c.layers) + ", max_len " +
+                      std::to_string(c.max_len) + ", experts " + std::to_string(c.experts));
+    std::uint64_t next = 0;
+    auto normal = [&]<class P>(Shape shape, std::int64_t fan_in, double sd_given = 0) {
+      const double sd = sd_given > 0 ? sd_given : 1.0 / std::sqrt(static_cast<double>(fan_in));
+      return random_normal<P>(mesh, std::move(shape), detail::parameter_seed(seed, next++), T(0),
+                              static_cast<T>(sd));
+    };
+    const std::int64_t L = c.layers, Ld = c.dense_layers(), Lm = c.moe_layers();
+    const std::int64_t M = c.d_model, N = c.heads, D = c.head_dim, E = c.experts;
+    TransformerLM m{
+        c,
+        normal.template operator()<typename Types::Table>({c.vocab, M}, M, c.embedding_sd),
+        normal.template operator()<typename Types::Positions>({c.max_len, M}, M, c.embedding_sd),
+        full<typename Types::Stacked>(mesh, {L, M}, T(1)),
+        zeros<typename Types::Stacked>(mesh, {L, M}),
+        normal.template operator()<typename Types::StackedWqkv>({L, M, N, D}, M),
+        normal.template operator()<typename Types::StackedWqkv>({L, M, N, D}, M),
+        normal.template operator()<typename Types::StackedWqkv>({L, M, N, D}, M),
+        normal.template operator()<typename Types::StackedWout>({L, N, D, M}, N * D),
+        full<typename Types::Stacked>(mesh, {L, M}, T(1)),
+        zeros<typename Types::Stacked>(mesh, {L, M}),
+        normal.template operator()<typename Types::StackedWi>({Ld, M, c.d_ff}, M),
+        normal.template operator()<typename Types::StackedWo>({Ld, c.d_ff, M}, c.d_ff),
+        normal.template operator()<typename Types::StackedRouter>({Lm, M, E}, M),
+        normal.template operator()<typename Types::StackedExpertWi>({Lm, E, M, c.expert_hidden}, M),
+        normal.template operator()<typename Types::StackedExpertWo>({Lm, E, c.expert_hidden, M},
+                                                                    c.expert_hidden),
+        full<typename Types::Vector>(mesh, {M}, T(1)),
+        zeros<typename Types::Vector>(mesh, {M}),
+        Tied ? zeros<typename Types::Unembed>(mesh, {0, 0})
+             : normal.template operator()<typename Types::Unembed>({M, c.vocab}, M)};
+    return m;
+  }
+
+  /// Every parameter, as references (for track, grad and optimizer steps).
+  auto params() { return params_of(*this); }
+  auto params() const { return params_of(*this); }
+
+  /// The parameters' names, in params() order.
+  static constexpr auto param_names() {
+    constexpr std::array<std::string_view, 18> all = {
+        "embed", "pos",    "ln1_g",  "ln1_b",  "wq",     "wk",     "wv",    "wo",    "ln2_g",
+        "ln2_b", "ffn_wi", "ffn_wo", "moe_wg", "moe_wi", "moe_wo", "lnf_g", "lnf_b", "out"};
+    std::array<std::string_view, Tied ? 17 : 18> names{};
+    for (std::size_t i = 0; i < names.size(); ++i) names[i] = all[i];
+    return names;
+  }
+
+  /// Global number of parameter values.
+  [[nodiscard]] std::int64_t parameter_count() const {
+    return std::apply([](const auto&... p) { return (std::int64_t{0} + ... + p.size()); },
+                      params());
+  }
+
+  /// The final hidden states "B S M" (after the last layer norm) and the MoE losses.
+  /// `seed` varies the routers' randomness (second-expert policy, jitter): pass the step.
+  template <class Ids>
+  X hidden(const Ids& tokens, std::uint64_t seed, std::optional<Scalar>* aux_sum,
+           std::optional<Scalar>* z_sum, TransformerStats* stats) const {
+    const auto& c = config;
+    const MeshT& mesh = embed.mesh();
+    const std::int64_t s = tokens.shape()[1];
+    if (s > c.max_len)
+      throw Error("TransformerLM", "sequences of " + std::to_string(s) + " tokens (\"" +
+                                       std::string(Ids::spec.view()) + "\" of global shape " +
+                                       gshard::detail::shape_string(tokens.shape()) +
+                                       ") exceed max_len " + std::to_string(c.max_len));
+    const Mask mask = causal_mask<Mask>(mesh, s);
+    const X emb = take<"V">(embed, tokens);
+    X x = s == c.max_len ? X(emb + pos) : X(emb + slice<"S">(pos, 0, s));
+    std::int64_t dense_i = 0, moe_i = 0;
+    for (std::int64_t l = 0; l < c.layers; ++l) {
+      using Ty = Types;
+      const typename Ty::Vector g1 = einsum<"LM->M">(slice<"L">(ln1_g, l, l + 1));
+      const typename Ty::Vector b1 = einsum<"LM->M">(slice<"L">(ln1_b, l, l + 1));
+      const X h = layer_norm<"M">(x, g1, b1, c.ln_eps);
+      const typename Ty::Wqkv q = einsum<"LMND->MND">(slice<"L">(wq, l, l + 1));
+      const typename Ty::Wqkv k = einsum<"LMND->MND">(slice<"L">(wk, l, l + 1));
+      const typename Ty::Wqkv v = einsum<"LMND->MND">(slice<"L">(wv, l, l + 1));
+      const typename Ty::Wout o = einsum<"LNDM->NDM">(slice<"L">(wo, l, l + 1));
+      x = X(x + causal_attention(h, q, k, v, o, mask));
+
+      const typename Ty::Vector g2 = einsum<"LM->M">(slice<"L">(ln2_g, l, l + 1));
+      const typename Ty::Vector b2 = einsum<"LM->M">(slice<"L">(ln2_b, l, l + 1));
+      const X h2 = layer_norm<"M">(x, g2, b2, c.ln_eps);
+      if (l % 2 == 1 && c.experts > 0) {
+        const std::int64_t i = moe_i++;
+        const typename Ty::Router wg = einsum<"LME->ME">(slice<"L">(moe_wg, i, i + 1));
+        const typename Ty::ExpertWi wi = einsum<"LEMH->EMH">(slice<"L">(moe_wi, i, i + 1));
+        const typename Ty::ExpertWo wo2 = einsum<"LEHM->EHM">(slice<"L">(moe_wo, i, i + 1));
+        MoeOptions opt = c.moe;
+        opt.seed = detail::parameter_seed(c.moe.seed ^ seed, static_cast<std::uint64_t>(l));
+        // Each sequence is one group: G takes B's axes (all devices).
+        const auto r = moe(h2.template as<"GSM">(), wg, wi, wo2, opt);
+        x = X(x + r.output.template as<"BSM">());
+        const Scalar aux = r.aux_loss;
+        const Scalar z = r.z_loss;
+        *aux_sum = aux_sum->has_value() ? Scalar(**aux_sum + aux) : aux;
+        *z_sum = z_sum->has_value() ? Scalar(**z_sum + z) : z;
+        if (stats) {
+          stats->tokens_per_expert.push_back(r.tokens_per_expert);
+          stats->dropped_fraction.push_back(r.dropped_fraction);
+          stats->capacity = r.capacity;
+        }
+      } else {
+        const std::int64_t i = dense_i++;
+        const typename Ty::Wi wi = einsum<"LMH->MH">(slice<"L">(ffn_wi, i, i + 1));
+        const typename Ty::Wo wo2 = einsum<"LHM->HM">(slice<"L">(ffn_wo, i, i + 1));
+        x = X(x + einsum<"BSH,HM->BSM">(relu(einsum<"BSM,MH->BSH">(h2, wi)), wo2));
+      }
+    }
+    return X(layer_norm<"M">(x, lnf_g, lnf_b, c.ln_eps));
+  }
+
+  /// Logits "B S V" for tokens "B S" (int32 or int64, B over data*expert).
+  template <class Ids>
+  auto logits(const Ids& tokens, std::uint64_t seed = 0) const {
+    std::optional<Scalar> aux, z;
+    return project(hidden(tokens, seed, &aux, &z, nullptr));
+  }
+
+  /// The loss of predicting targets "B S" from tokens "B S" (both int, laid out like Tokens).
+  /// Collective over the mesh.
+  template <class Ids, class Targets>
+  TransformerLoss<Scalar> loss(const Ids& tokens, const Targets& targets,
+                               std::uint64_t seed = 0) const {
+    if (tokens.shape() != targets.shape())
+      throw Error("TransformerLM::loss",
+                  "tokens \"" + std::string(Ids::spec.view()) + "\" of global shape " +
+                      gshard::detail::shape_string(tokens.shape()) + " and targets \"" +
+                      std::string(Targets::spec.view()) + "\" of global shape " +
+                      gshard::detail::shape_string(targets.shape()) + " differ");
+    TransformerStats stats;
+    std::optional<Scalar> aux, z;
+    const auto lg = project(hidden(tokens, seed, &aux, &z, &stats));
+    // Stable: logsumexp over V minus the target's logit.
+    const auto lse = logsumexp<"V">(lg);
+    const auto picked = take_along<"V">(lg, targets);
+    const Scalar ce = mean<"BS">(lse - picked);
+    const std::int64_t lm = config.moe_layers();
+    const MeshT& mesh = embed.mesh();
+    const Scalar aux_mean =
+        lm > 0 ? Scalar(*aux * (1.0 / static_cast<double>(lm))) : zeros<Scalar>(mesh, {});
+    const Scalar z_mean =
+        lm > 0 ? Scalar(*z * (1.0 / static_cast<double>(lm))) : zeros<Scalar>(mesh, {});
+    const Scalar total = ce + aux_mean * config.aux_loss_weight + z_mean * config.z_loss_weight;
+    return {total, ce, aux_mean, z_mean, std::move(stats)};
+  }
+
+ private:
+  template <class Self>
+  static auto params_of(Self& m) {
+    auto common =
+        std::tie(m.embed, m.pos, m.ln1_g, m.ln1_b, m.wq, m.wk, m.wv, m.wo, m.ln2_g, m.ln2_b,
+                 m.ffn_wi, m.ffn_wo, m.moe_wg, m.moe_wi, m.moe_wo, m.lnf_g, m.lnf_b);
+    if constexpr (Tied)
+      return common;
+    else
+      return std::tuple_cat(common, std::tie(m.out));
+  }
+
+  auto project(const X& h) const {
+    if constexpr (Tied)
+      return einsum<"BSM,VM->BSV">(h, embed).eval();
+    else
+      return einsum<"BSM,MV->BSV">(h, out).eval();
+  }
+};
+
+}  // namespace gshard::nn

@@ -1,0 +1,1 @@
+// Anchors the precompiled-header targets (cmake/gshardTesting.cmake); compiles to nothing.
