@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs, from Debian 12's packages, whatever gshard needs and is missing. Non-interactive,
 # idempotent, and quick (no apt at all) when everything is already there.
-#   scripts/install-deps.sh [build|test|demo]   (default: build)
+#   scripts/install-deps.sh [build|test|demo|bench]   (default: build)
 set -euo pipefail
 
 purpose=${1:-build}
@@ -12,11 +12,14 @@ packages=(g++ make cmake libopenmpi-dev openmpi-bin libeigen3-dev doctest-dev li
 # read the corpus and draw a plot too.
 moe_lm=(fortunes fortunes-de fortunes-es fortunes-it fortunes-ru fortunes-pl fortunes-cs fortunes-zh
   gnuplot-nox)
+# Benchmarks (bench/run_moe.sh): PyTorch and the plots' matplotlib; JAX comes from PyPI into a venv.
+bench=(python3-torch python3-matplotlib python3-venv python3-pip)
 case "$purpose" in
   build) ;;
+  bench) packages+=("${bench[@]}") ;;
   test) packages+=(clang-format python3-numpy "${moe_lm[@]}") ;;
   demo) packages+=("${moe_lm[@]}") ;;
-  *) echo "usage: $0 [build|test|demo]" >&2; exit 2 ;;
+  *) echo "usage: $0 [build|test|demo|bench]" >&2; exit 2 ;;
 esac
 
 missing=()

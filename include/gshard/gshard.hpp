@@ -15,6 +15,7 @@
 #include "expr/elementwise.hpp"
 #include "expr/explain.hpp"
 #include "expr/node.hpp"
+#include "kernels/flops.hpp"
 #include "kernels/memory.hpp"
 #include "mesh/environment.hpp"
 #include "mesh/mesh.hpp"

@@ -528,3 +528,36 @@ TEST_CASE("einsum: a label split on different axes reshards the second operand")
     CHECK(check_block(r, grid, expect) == "");
   }
 }
+
+TEST_CASE("flop counters: each rank counts 2 m n k of its own (padded) block") {
+  // I = 7 rows over x: blocks of ceil(7 / x) rows, padded alike on every rank (some hold only
+  // padding on 8 ranks); J contracted, K kept. Then J split over y in both operands: each rank
+  // multiplies its ceil(J / y) slice (the partial sums' AllReduce is communication, not FLOPs).
+  for (const auto& s : two_axis_shapes(world_size())) {
+    const M mesh(MPI_COMM_WORLD, {s[0], s[1]});
+    INFO("mesh " << mesh_text(s));
+    const Int I = 7, J = 5, K = 3;
+    const Int rows = (I + s[0] - 1) / s[0], depth = (J + s[1] - 1) / s[1];
+    auto& flops = gshard::flop_counters();
+    {
+      using A = gshard::Sharded<double, M, "I:x J">;
+      using B = gshard::Sharded<double, M, "J K">;
+      const auto a = gshard::full<A>(mesh, {I, J}, 1.0);
+      const auto b = gshard::full<B>(mesh, {J, K}, 2.0);
+      flops.reset();
+      const auto c = gshard::einsum<"IJ,JK->IK">(a, b).eval();
+      CHECK(flops.contraction() == 2 * rows * J * K);
+      CHECK(c.to_global() == std::vector<double>(static_cast<std::size_t>(I * K), 2.0 * J));
+    }
+    {
+      using A = gshard::Sharded<double, M, "I:x J:y">;
+      using B = gshard::Sharded<double, M, "J:y K">;
+      const auto a = gshard::full<A>(mesh, {I, J}, 1.0);
+      const auto b = gshard::full<B>(mesh, {J, K}, 2.0);
+      flops.reset();
+      const auto c = gshard::einsum<"IJ,JK->IK">(a, b).eval();
+      CHECK(flops.contraction() == 2 * rows * depth * K);
+      CHECK(c.to_global() == std::vector<double>(static_cast<std::size_t>(I * K), 2.0 * J));
+    }
+  }
+}

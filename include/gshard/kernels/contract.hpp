@@ -19,6 +19,7 @@
 
 #include "../core/error.hpp"
 #include "copy_box.hpp"
+#include "flops.hpp"
 
 #if defined(GSHARD_HAVE_CBLAS)
 #include <cblas.h>
@@ -223,6 +224,7 @@ void gemm_cublas(const T* a, bool trans_a, const T* b, bool trans_b, T* c, const
 template <class T>
 void gemm_batched(const T* a, bool trans_a, const T* b, bool trans_b, T* c, const GemmShape& s) {
   if (s.batch == 0 || s.m == 0 || s.n == 0) return;
+  flop_counters().add_contraction(2 * s.batch * s.m * s.n * s.k);
   if constexpr (host_gemm) {
 #if defined(GSHARD_HAVE_CBLAS)
     if constexpr (blas_type<T>) {

@@ -195,6 +195,29 @@ constexpr TakeLayouts take_layouts(const Layout& table, const Layout& indices, c
   return r;
 }
 
+constexpr bool along_has_label(std::string_view labels, char c) {
+  for (const char l : labels)
+    if (l == c && c != ' ') return true;
+  return false;
+}
+
+/// A scatter's indices take the values' splits of their labels; its result is pending over the
+/// axes splitting the index labels that are not batch labels (each rank adds its own rows only).
+constexpr Layout scatter_indices_layout(const Layout& values, const Layout& indices, Layout& output,
+                                        std::string_view batch = {}) {
+  Layout r = finished_layout(indices);
+  for (int d = 0; d < indices.rank; ++d) {
+    const int vd = values.find(indices.dims[d].label);
+    DimLayout dim = indices.dims[d];
+    dim.axis_count = vd >= 0 ? values.dims[vd].axis_count : 0;
+    dim.axes = vd >= 0 ? values.dims[vd].axes : std::array<int, max_axes>{};
+    r.dims[d] = dim;
+    if (along_has_label(batch, dim.label)) continue;
+    for (int i = 0; i < dim.axis_count; ++i) output.partial[output.partial_count++] = dim.axes[i];
+  }
+  return r;
+}
+
 /// The layouts scatter_add<"V"> needs its operands in, and its result's.
 struct ScatterLayouts {
   Layout values{};
@@ -205,16 +228,7 @@ struct ScatterLayouts {
 constexpr ScatterLayouts scatter_layouts(const Layout& values, const Layout& indices, char label) {
   ScatterLayouts r;
   r.values = values;
-  r.indices = finished_layout(indices);
-  for (int d = 0; d < indices.rank; ++d) {
-    const int vd = values.find(indices.dims[d].label);
-    DimLayout dim = indices.dims[d];
-    dim.axis_count = vd >= 0 ? values.dims[vd].axis_count : 0;
-    dim.axes = vd >= 0 ? values.dims[vd].axes : std::array<int, max_axes>{};
-    r.indices.dims[d] = dim;
-    for (int i = 0; i < dim.axis_count; ++i)
-      r.output.partial[r.output.partial_count++] = dim.axes[i];
-  }
+  r.indices = scatter_indices_layout(values, indices, r.output);
   r.output.rank = 1;
   r.output.dims[0].label = label;
   for (int d = 0; d < values.rank; ++d)
@@ -231,12 +245,6 @@ struct AlongLayouts {
   Layout output{};
   bool ok = true;  // false: the result would have more than max_dims labels
 };
-
-constexpr bool along_has_label(std::string_view labels, char c) {
-  for (const char l : labels)
-    if (l == c && c != ' ') return true;
-  return false;
-}
 
 /// take_along<label>: the indices keep their splits (finished); the table's batch labels (those
 /// of the indices) take the indices' splits, the indexed label is replicated and the table's
@@ -299,17 +307,7 @@ constexpr AlongLayouts scatter_along_layouts(const Layout& values, const Layout&
     return r;
   }
   r.data = values;
-  r.indices = finished_layout(indices);
-  for (int d = 0; d < indices.rank; ++d) {
-    const int vd = values.find(indices.dims[d].label);
-    DimLayout dim = indices.dims[d];
-    dim.axis_count = vd >= 0 ? values.dims[vd].axis_count : 0;
-    dim.axes = vd >= 0 ? values.dims[vd].axes : std::array<int, max_axes>{};
-    r.indices.dims[d] = dim;
-    if (along_has_label(batch, dim.label)) continue;
-    for (int i = 0; i < dim.axis_count; ++i)
-      r.output.partial[r.output.partial_count++] = dim.axes[i];
-  }
+  r.indices = scatter_indices_layout(values, indices, r.output, batch);
   r.output.rank = 0;
   for (int d = 0; d < values.rank; ++d)
     if (indices.find(values.dims[d].label) >= 0 && along_has_label(batch, values.dims[d].label))
@@ -420,6 +418,36 @@ struct GatherMap {
   std::int64_t v_valid = 0;   // its valid extent on this rank
 };
 
+/// Both loops below walk rows of the last (contiguous) dimension: one index decode per row
+/// (divisions are the cost of a per-element decode), then a strided inner loop. Returns true when
+/// the row lies in padding; ia and ib are the row's a- and b-offsets.
+KOKKOS_INLINE_FUNCTION bool decode_row(const GatherMap& m, std::int64_t row, std::int64_t& ia,
+                                       std::int64_t& ib) {
+  std::int64_t rest = row;
+  bool pad = false;
+  ia = 0;
+  ib = 0;
+  for (int d = m.rank - 2; d >= 0; --d) {
+    const std::int64_t c = rest % m.extent[d];
+    rest /= m.extent[d];
+    pad = pad || c >= m.valid[d];
+    ia += c * m.a_stride[d];
+    ib += c * m.b_stride[d];
+  }
+  return pad;
+}
+
+/// The last dimension's extent, valid extent and strides (a rank-0 block is one row of one).
+struct RowShape {
+  std::int64_t inner = 1, valid = 1, a_stride = 0, b_stride = 0;
+};
+
+inline RowShape row_shape(const GatherMap& m) {
+  if (m.rank == 0) return {};
+  const int last = m.rank - 1;
+  return {m.extent[last], m.valid[last], m.a_stride[last], m.b_stride[last]};
+}
+
 /// The lookup loop of take and take_along: every element of a local block of `size` elements is
 /// written (padding zero); an element reads the index at its a-offset and the table row at its
 /// b-offset plus (index - v_offset) * v_stride, or is zero when the index falls outside this
@@ -429,23 +457,20 @@ Kokkos::View<T*> gather(const char* name, const GatherMap& m, std::int64_t size,
                         const Kokkos::View<I*>& iv, const Kokkos::View<T*>& tv) {
   Kokkos::View<T*> o(Kokkos::view_alloc(std::string(name), Kokkos::WithoutInitializing),
                      static_cast<std::size_t>(size));
+  const RowShape r = row_shape(m);
+  const std::int64_t rows = r.inner > 0 ? size / r.inner : 0;
   Kokkos::parallel_for(
-      name, Kokkos::RangePolicy<>(0, size), KOKKOS_LAMBDA(const std::int64_t e) {
-        std::int64_t rest = e, ia = 0, ib = 0;
-        bool pad = false;
-        for (int d = m.rank - 1; d >= 0; --d) {
-          const std::int64_t c = rest % m.extent[d];
-          rest /= m.extent[d];
-          pad = pad || c >= m.valid[d];
-          ia += c * m.a_stride[d];
-          ib += c * m.b_stride[d];
+      name, Kokkos::RangePolicy<>(0, rows), KOKKOS_LAMBDA(const std::int64_t row) {
+        std::int64_t ia = 0, ib = 0;
+        const bool pad = decode_row(m, row, ia, ib);
+        for (std::int64_t j = 0; j < r.inner; ++j) {
+          T value{};
+          if (!pad && j < r.valid) {
+            const std::int64_t v = static_cast<std::int64_t>(iv(ia + j * r.a_stride)) - m.v_offset;
+            if (v >= 0 && v < m.v_valid) value = tv(ib + j * r.b_stride + v * m.v_stride);
+          }
+          o(row * r.inner + j) = value;
         }
-        T value{};
-        if (!pad) {
-          const std::int64_t v = static_cast<std::int64_t>(iv(ia)) - m.v_offset;
-          if (v >= 0 && v < m.v_valid) value = tv(ib + v * m.v_stride);
-        }
-        o(e) = value;
       });
   Kokkos::fence();
   return o;
@@ -453,23 +478,29 @@ Kokkos::View<T*> gather(const char* name, const GatherMap& m, std::int64_t size,
 
 /// The loop of scatter_add and scatter_add_along over a local block of `size` values: each
 /// valid value is added at its b-offset plus (index - v_offset) * v_stride of `o` when the index
-/// at its a-offset falls in this rank's [0, v_valid) (negative indices add nothing).
+/// at its a-offset falls in this rank's [0, v_valid) (negative indices add nothing). Rows may
+/// add into the same place: atomics, except on the Serial backend, which runs them in turn.
 template <class T, class I>
 void scatter_into(const char* name, const GatherMap& m, std::int64_t size,
                   const Kokkos::View<T*>& o, const Kokkos::View<I*>& iv,
                   const Kokkos::View<T*>& vv) {
+  const RowShape r = row_shape(m);
+  const std::int64_t rows = r.inner > 0 ? size / r.inner : 0;
   Kokkos::parallel_for(
-      name, Kokkos::RangePolicy<>(0, size), KOKKOS_LAMBDA(const std::int64_t e) {
-        std::int64_t rest = e, ia = 0, ib = 0;
-        for (int d = m.rank - 1; d >= 0; --d) {
-          const std::int64_t c = rest % m.extent[d];
-          rest /= m.extent[d];
-          if (c >= m.valid[d]) return;  // padding adds nothing
-          ia += c * m.a_stride[d];
-          ib += c * m.b_stride[d];
+      name, Kokkos::RangePolicy<>(0, rows), KOKKOS_LAMBDA(const std::int64_t row) {
+        std::int64_t ia = 0, ib = 0;
+        if (decode_row(m, row, ia, ib)) return;  // padding adds nothing
+        for (std::int64_t j = 0; j < r.valid; ++j) {
+          const std::int64_t v = static_cast<std::int64_t>(iv(ia + j * r.a_stride)) - m.v_offset;
+          if (v < 0 || v >= m.v_valid) continue;
+          T& target = o(ib + j * r.b_stride + v * m.v_stride);
+#if defined(KOKKOS_ENABLE_SERIAL)
+          if constexpr (std::is_same_v<Kokkos::DefaultExecutionSpace, Kokkos::Serial>)
+            target += vv(row * r.inner + j);
+          else
+#endif
+            Kokkos::atomic_add(&target, vv(row * r.inner + j));
         }
-        const std::int64_t v = static_cast<std::int64_t>(iv(ia)) - m.v_offset;
-        if (v >= 0 && v < m.v_valid) Kokkos::atomic_add(&o(ib + v * m.v_stride), vv(e));
       });
   Kokkos::fence();
 }
