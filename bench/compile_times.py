@@ -54,7 +54,7 @@ def main():
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         for c in pick(commands, root):
-            name = os.path.relpath(c["file"], root)
+            name = os.path.relpath(c["file"], c["directory"].split("/build/")[0]) if "/build/" in c["directory"] else os.path.relpath(c["file"], root)
             flags = " ".join(x for x in shlex.split(c["command"]) if x.startswith("-O"))
             t = timed(c["command"], c["directory"], scratch, a.reps)
             kib = os.path.getsize(c["file"]) / 1024

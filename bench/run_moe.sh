@@ -42,13 +42,15 @@ for n in 1 2; do
   csvs+=("$out/bench_moe.np$n.csv")
   for system in torch_dense torch_index; do
     # Its GEMMs go through Debian's BLAS (OpenBLAS here): n threads there too.
-    OMP_NUM_THREADS=$n OPENBLAS_NUM_THREADS=$n "$py" bench/moe_peers.py --system $system --threads "$n" \
+    OMP_NUM_THREADS=$n OPENBLAS_NUM_THREADS=$n taskset -c "0-$((n - 1))" \
+      "$py" bench/moe_peers.py --system $system --threads "$n" \
       --csv "$out/moe_$system.$n.csv" "$@"
     csvs+=("$out/moe_$system.$n.csv")
   done
-  # One thread per host device: n devices, n cores, as n ranks.
+  # n host devices on n cores, as n ranks. XLA's CPU client starts threads of its own whatever
+  # the flags (1 device used both cores here), so the cores are pinned with taskset.
   XLA_FLAGS="--xla_force_host_platform_device_count=$n --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \
-    "$py" bench/moe_peers.py --system jax_gspmd --devices "$n" --csv "$out/moe_jax_gspmd.$n.csv" "$@"
+    taskset -c "0-$((n - 1))" "$py" bench/moe_peers.py --system jax_gspmd --devices "$n" --csv "$out/moe_jax_gspmd.$n.csv" "$@"
   csvs+=("$out/moe_jax_gspmd.$n.csv")
 done
 # Weak scaling: 2 experts per rank, 1 to 16 ranks (oversubscribed beyond 2).

@@ -1,6 +1,11 @@
 // Environment brings up MPI and Kokkos; Error formats its message. Checked against MPI's own
 // answers and a closed-form sum.
+#include <cstdlib>
 #include <string>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "mpi_test.hpp"
 
@@ -45,3 +50,20 @@ TEST_CASE("Error: what() names the op and the detail") {
         "gshard::Mesh: axis sizes 2x4 = 8 do not match the communicator size 4");
   CHECK_THROWS_AS(throw error, gshard::Error);
 }
+
+#if defined(__GLIBC__)
+TEST_CASE("Environment: large blocks come from the heap, not fresh mmap'd pages") {
+  // glibc would mmap a 64 MiB block (above its 32 MiB ceiling for the mmap threshold): mallinfo2
+  // counts such blocks in hblks. Unless GSHARD_MALLOC_TUNING=0, the Environment turned that off.
+  gshard::Environment inner;
+  const char* setting = std::getenv("GSHARD_MALLOC_TUNING");
+  const bool opted_out = setting != nullptr && std::string(setting) == "0";
+  CHECK(inner.malloc_tuned() == !opted_out);
+  const auto before = mallinfo2().hblks;
+  void* block = std::malloc(std::size_t{64} << 20);
+  REQUIRE(block != nullptr);
+  const auto during = mallinfo2().hblks;
+  std::free(block);
+  CHECK(during == before + (opted_out ? 1 : 0));
+}
+#endif

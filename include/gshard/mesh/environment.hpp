@@ -3,16 +3,42 @@
 // whatever the host application initialised itself.
 #include <mpi.h>
 #include <Kokkos_Core.hpp>
+#include <cstdlib>
+#include <cstring>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "../core/error.hpp"
 
 namespace gshard {
 
+namespace detail {
+
+/// A training step allocates and frees the same large buffers every time. glibc serves blocks
+/// over its mmap threshold (at most 32 MiB) with fresh mmap'd pages the kernel zeroes on first
+/// touch: about 10% of an MoE step (docs/performance.md). Served from the heap and kept there
+/// (trimmed only above 1 GiB free), the pages are reused. GSHARD_MALLOC_TUNING=0 leaves malloc
+/// alone. Returns whether it tuned.
+inline bool tune_malloc() {
+#if defined(__GLIBC__)
+  const char* setting = std::getenv("GSHARD_MALLOC_TUNING");
+  if (setting != nullptr && std::strcmp(setting, "0") == 0) return false;
+  return mallopt(M_MMAP_MAX, 0) == 1 && mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1;
+#else
+  return false;
+#endif
+}
+
+}  // namespace detail
+
 /// RAII scope for MPI and Kokkos. Starts MPI (MPI_THREAD_FUNNELED: only the main thread calls
 /// MPI) unless the application already did, then Kokkos unless already initialised. The
 /// destructor finalises only what this object started: Kokkos first, then MPI, because device
-/// buffers must be gone before a CUDA-aware MPI shuts down. Every Sharded tensor and Kokkos::View
-/// must be destroyed before the Environment is.
+/// buffers must be gone before a CUDA-aware MPI shuts down. On glibc it also keeps large blocks
+/// on the heap (detail::tune_malloc; GSHARD_MALLOC_TUNING=0 to opt out). Every Sharded tensor and
+/// Kokkos::View must be destroyed before the Environment is.
 class Environment {
  public:
   Environment(int& argc, char**& argv) { start(&argc, &argv); }
@@ -36,9 +62,13 @@ class Environment {
   [[nodiscard]] bool owns_kokkos() const noexcept { return owns_kokkos_; }
   /// The MPI thread level in force (as provided by MPI_Init_thread or MPI_Query_thread).
   [[nodiscard]] int mpi_thread_level() const noexcept { return thread_level_; }
+  /// True when glibc's malloc serves large blocks from the heap (detail::tune_malloc).
+  [[nodiscard]] bool malloc_tuned() const noexcept { return malloc_tuned_; }
 
  private:
   void start(int* argc, char*** argv) {
+    static const bool tuned = detail::tune_malloc();  // once per process
+    malloc_tuned_ = tuned;
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (initialized == 0) {
@@ -61,6 +91,7 @@ class Environment {
 
   bool owns_mpi_ = false;
   bool owns_kokkos_ = false;
+  bool malloc_tuned_ = false;
   int thread_level_ = MPI_THREAD_SINGLE;
 };
 
