@@ -6,18 +6,20 @@ set -euo pipefail
 
 purpose=${1:-build}
 # libcli11-dev: examples/moe_lm parses its command line with CLI11 (header-only).
+# nlohmann-json3-dev: the safetensors reader parses its JSON header with it (header-only).
 packages=(g++ make cmake libopenmpi-dev openmpi-bin libeigen3-dev doctest-dev libtrilinos-kokkos-dev
-  libopenblas-dev libcli11-dev)
+  libopenblas-dev libcli11-dev nlohmann-json3-dev)
 # The main job's corpus (Debian's fortune cookies, 8 languages) and its plots (gnuplot); the tests
 # read the corpus and draw a plot too.
 moe_lm=(fortunes fortunes-de fortunes-es fortunes-it fortunes-ru fortunes-pl fortunes-cs fortunes-zh
   gnuplot-nox)
+# The test suite also fuzzes the file readers with clang's libFuzzer (tests/fuzz).
 # Benchmarks (bench/run_moe.sh): PyTorch and the plots' matplotlib; JAX comes from PyPI into a venv.
 bench=(python3-torch python3-matplotlib python3-venv python3-pip)
 case "$purpose" in
   build) ;;
   bench) packages+=("${bench[@]}") ;;
-  test) packages+=(clang-format python3-numpy "${moe_lm[@]}") ;;
+  test) packages+=(clang-format python3-numpy clang libclang-rt-14-dev "${moe_lm[@]}") ;;
   demo) packages+=("${moe_lm[@]}") ;;
   *) echo "usage: $0 [build|test|demo|bench]" >&2; exit 2 ;;
 esac

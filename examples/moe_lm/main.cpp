@@ -3,6 +3,7 @@
 //   mpirun -n 4 moe_lm --mesh 2x2            (scripts/demo.sh; --help lists every option)
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -47,38 +48,38 @@ std::string step_collectives(const gshard::CommCounters& before,
   return out;
 }
 
-// Model parameters as global arrays (mesh-independent: loadable on any mesh), rank 0 writes.
-// Text header per tensor: name, spec, shape; then the float values.
-template <class Model>
-void save_parameters(const Model& model, const fs::path& dir, std::int64_t step, bool write) {
-  constexpr auto names = Model::param_names();
-  std::ofstream out;
-  const fs::path path =
-      dir / std::string("params_step").append(std::to_string(step)).append(".bin");
-  if (write) {
-    fs::create_directories(dir);
-    out.open(path, std::ios::binary | std::ios::trunc);
-    if (!out) throw gshard::Error("moe_lm::save_parameters", "cannot write " + path.string());
+// Checkpoints: <dir>/step_<N>.safetensors, each complete (written atomically); the newest two
+// are kept. The newest one is where a restarted run resumes.
+fs::path checkpoint_path(const fs::path& dir, std::int64_t step) {
+  char name[40];
+  std::snprintf(name, sizeof name, "step_%08lld.safetensors", static_cast<long long>(step));
+  return dir / name;
+}
+
+std::vector<fs::path> checkpoints(const fs::path& dir) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() == 25 && name.starts_with("step_") && name.ends_with(".safetensors"))
+      out.push_back(e.path());
   }
-  std::size_t i = 0;
-  std::apply(
-      [&](const auto&... p) {
-        (
-            [&] {
-              const auto values = p.to_global();  // collective: every rank calls it
-              if (!write) return;
-              out << names[i] << ' ' << p.spec_string() << ' '
-                  << gshard::detail::shape_string(p.shape()) << ' ' << values.size() << '\n';
-              out.write(reinterpret_cast<const char*>(values.data()),
-                        static_cast<std::streamsize>(values.size() * sizeof(values[0])));
-              out << '\n';
-              ++i;
-            }(),
-            ...);
-      },
-      model.params());
-  if (write && !out)
-    throw gshard::Error("moe_lm::save_parameters", "write failed: " + path.string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The newest checkpoint's path as rank 0 sees it, on every rank ("" when none).
+std::string newest_checkpoint(const fs::path& dir, bool root) {
+  std::string path;
+  if (root) {
+    const auto all = checkpoints(dir);
+    if (!all.empty()) path = all.back().string();
+  }
+  int n = static_cast<int>(path.size());
+  MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  path.resize(static_cast<std::size_t>(n));
+  MPI_Bcast(path.data(), n, MPI_CHAR, 0, MPI_COMM_WORLD);
+  return path;
 }
 
 int run(int argc, char** argv, int rank, std::chrono::steady_clock::time_point start) {
@@ -113,12 +114,23 @@ int run(int argc, char** argv, int rank, std::chrono::steady_clock::time_point s
       std::cout << moe_lm::format_held_out(step, e.loss, codes, e.per_language) << std::endl;
     return e;
   };
-  moe_lm::Evaluation last_eval = evaluate(0);
-  records.push_back({0, std::nan(""), std::nan(""), last_eval.loss});
+  std::int64_t tokens = 0, step = 0;
+  const std::string resume_from =
+      o.checkpoint_dir.empty() ? std::string() : newest_checkpoint(o.checkpoint_dir, root);
+  moe_lm::Evaluation last_eval;
+  if (!resume_from.empty()) {
+    const gshard::io::SafetensorsReader reader(mesh.comm(), resume_from);
+    step = trainer.load(reader);
+    records = moe_lm::parse_records(reader.metadata("moe_lm.records"));
+    if (root) std::cout << "resumed from " << resume_from << " at step " << step << std::endl;
+    last_eval = trainer.evaluate(corpus, eval_rows);
+  } else {
+    last_eval = evaluate(0);
+    records.push_back({0, std::nan(""), std::nan(""), last_eval.loss});
+  }
 
   const double train_start = shared_elapsed(start);
   double last_print = train_start;
-  std::int64_t tokens = 0, step = 0;
   bool stopped_by_time = false;
   while (step < o.steps) {
     gshard::CommCounters before = gshard::comm_counters();
@@ -147,9 +159,17 @@ int run(int argc, char** argv, int rank, std::chrono::steady_clock::time_point s
     if (eval_now) {
       last_eval = evaluate(step);
       r.held_out_loss = last_eval.loss;
-      if (!o.checkpoint_dir.empty()) save_parameters(trainer.model(), o.checkpoint_dir, step, root);
     }
     records.push_back(r);
+    if (eval_now && !o.checkpoint_dir.empty()) {
+      if (root) fs::create_directories(o.checkpoint_dir);
+      trainer.save(checkpoint_path(o.checkpoint_dir, step).string(), step,
+                   {{"moe_lm.records", moe_lm::records_text(records)}});
+      if (root) {
+        const auto all = checkpoints(o.checkpoint_dir);
+        for (std::size_t i = 0; i + 2 < all.size(); ++i) fs::remove(all[i]);
+      }
+    }
     if (out_of_time) {
       stopped_by_time = step < o.steps;
       break;

@@ -36,6 +36,41 @@ struct LossRecord {
   double held_out_loss = std::nan("");
 };
 
+/// Loss records as text (one "step train aux held_out" line each, 17 digits: exact), for the
+/// checkpoint's metadata, and back.
+inline std::string records_text(const std::vector<LossRecord>& records) {
+  std::string out;
+  char line[128];
+  for (const auto& r : records) {
+    std::snprintf(line, sizeof line, "%lld %.17g %.17g %.17g\n", static_cast<long long>(r.step),
+                  r.train_loss, r.aux_loss, r.held_out_loss);
+    out += line;
+  }
+  return out;
+}
+
+inline std::vector<LossRecord> parse_records(const std::string& text) {
+  std::vector<LossRecord> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    LossRecord r;
+    char* end = nullptr;
+    const char* p = line.c_str();
+    r.step = std::strtoll(p, &end, 10);
+    double* fields[] = {&r.train_loss, &r.aux_loss, &r.held_out_loss};
+    bool ok = end != p;
+    for (double* f : fields) {
+      p = end;
+      *f = std::strtod(p, &end);
+      ok = ok && end != p;
+    }
+    if (!ok) throw gshard::Error("moe_lm::parse_records", "malformed loss record \"" + line + "\"");
+    out.push_back(r);
+  }
+  return out;
+}
+
 /// Token counts routed to each expert, per language of the token's row.
 class ExpertLoad {
  public:

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -205,6 +206,45 @@ class Trainer {
     for (std::size_t r = 0; r < text.size(); ++r)
       text[r] = text[r].substr(prompts[r].empty() ? 1 : prompts[r].size());
     return text;
+  }
+
+  /// Saves the parameters (by name), AdamW's moments and step count, and `metadata` as one
+  /// safetensors file, collectively and atomically. The RNG state is the seed and the step: every
+  /// random draw (batches, the router's second expert, dropout) is a function of them.
+  void save(const std::string& path, std::int64_t step,
+            const std::map<std::string, std::string>& metadata) {
+    gshard::io::SafetensorsWriter w(mesh_.comm());
+    constexpr auto names = Model::param_names();
+    auto params = model_.params();
+    std::size_t i = 0;
+    std::apply([&](const auto&... p) { (w.add("model." + std::string(names[i++]), p), ...); },
+               params);
+    optimizer_.save(w, params);
+    for (const auto& [k, v] : metadata) w.set_metadata(k, v);
+    w.set_metadata("moe_lm.step", std::to_string(step));
+    w.set_metadata("moe_lm.seed", std::to_string(options_.seed));
+    w.write(path);
+  }
+
+  /// Loads what save() wrote, on this trainer's mesh (any mesh may have saved it); returns the
+  /// step to continue from. The model's shapes and the seed must be the checkpoint's.
+  std::int64_t load(const gshard::io::SafetensorsReader& r) {
+    if (r.metadata("moe_lm.seed") != std::to_string(options_.seed))
+      throw gshard::Error("moe_lm::load", "the checkpoint was trained with seed " +
+                                              r.metadata("moe_lm.seed") + ", this run has " +
+                                              std::to_string(options_.seed));
+    constexpr auto names = Model::param_names();
+    auto params = model_.params();
+    std::size_t i = 0;
+    std::apply([&](auto&... p) { (r.read_into("model." + std::string(names[i++]), p), ...); },
+               params);
+    optimizer_.load(r, params);
+    const std::int64_t step = std::stoll(r.metadata("moe_lm.step"));
+    if (step != optimizer_.steps())
+      throw gshard::Error("moe_lm::load", "the checkpoint's step " + std::to_string(step) +
+                                              " differs from its optimizer's " +
+                                              std::to_string(optimizer_.steps()));
+    return step;
   }
 
   /// The partitioned plan: the mesh, each parameter's layout with its global and per-rank

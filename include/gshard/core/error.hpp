@@ -11,10 +11,12 @@ namespace gshard {
 class Error : public std::runtime_error {
  public:
   Error(std::string_view op, std::string_view detail)
-      : std::runtime_error(format(op, detail)), op_(op) {}
+      : std::runtime_error(format(op, detail)), op_(op), detail_(detail) {}
 
   /// The operation that raised the error, e.g. "Mesh" or "reshard".
   [[nodiscard]] const std::string& op() const noexcept { return op_; }
+  /// The message without the "gshard::<op>: " prefix.
+  [[nodiscard]] const std::string& detail() const noexcept { return detail_; }
 
  private:
   static std::string format(std::string_view op, std::string_view detail) {
@@ -23,6 +25,7 @@ class Error : public std::runtime_error {
     return text;
   }
   std::string op_;
+  std::string detail_;
 };
 
 }  // namespace gshard

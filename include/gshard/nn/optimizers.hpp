@@ -14,6 +14,10 @@
 // (row statistics), of the second-to-last label (column statistics, then the mean of the row
 // statistics), and one of 2 doubles over all the parameter's axes (RMS of the update and of the
 // parameter); unfactored, only the last. Axis sets whose sizes multiply to 1 communicate nothing.
+//
+// Checkpoints: opt.save(writer, params) adds the state as tensors "optimizer.<i>.<slot>" and the
+// step count as metadata "optimizer.steps" (io/safetensors.hpp); opt.load(reader, params) restores
+// them onto the parameters' mesh and layouts, whatever mesh saved them.
 #include <Kokkos_Core.hpp>
 
 #include <algorithm>
@@ -29,6 +33,7 @@
 #include <vector>
 
 #include "../core/error.hpp"
+#include "../io/safetensors.hpp"
 #include "../kernels/math.hpp"
 #include "../spmd/reshard.hpp"
 #include "../tensor/local_index.hpp"
@@ -176,6 +181,27 @@ class Driver {
     steps_ = t;
   }
 
+  /// f(i, state) for each parameter's state, after the same checks as a step (none before the
+  /// first step).
+  template <template <class> class State, class... P, class F>
+  void visit(const char* op, const std::tuple<P&...>& params, F&& f) {
+    if (steps_ == 0) return;
+    check_all<State>(op, params, params, std::index_sequence_for<P...>{});
+    visit_all<State>(params, f, std::index_sequence_for<P...>{});
+  }
+
+  /// The state of a first step and the step count `steps` (0: none), to be filled from a
+  /// checkpoint.
+  template <template <class> class State, class... P, class MakeState>
+  void restore(const std::tuple<P&...>& params, MakeState&& make_state, std::int64_t steps) {
+    (check_parameter_type<std::remove_cv_t<P>>(), ...);
+    slots_.clear();
+    steps_ = 0;
+    if (steps > 0 && sizeof...(P) > 0)
+      make_all<State>(params, make_state, std::index_sequence_for<P...>{});
+    steps_ = steps;
+  }
+
  private:
   template <template <class> class State, class... P, class... G, std::size_t... I>
   void check_all(const char* op, const std::tuple<P&...>& params, const std::tuple<G&...>& grads,
@@ -236,9 +262,49 @@ class Driver {
      ...);
   }
 
+  template <template <class> class State, class... P, class F, std::size_t... I>
+  void visit_all(const std::tuple<P&...>&, F& f, std::index_sequence<I...>) {
+    (f(I, static_cast<Slot<std::remove_cv_t<P>, State<std::remove_cv_t<P>>>&>(*slots_[I]).state),
+     ...);
+  }
+
   std::vector<std::unique_ptr<SlotBase>> slots_;
   std::int64_t steps_ = 0;
 };
+
+/// Adds the driver's state to a checkpoint: tensors "<prefix><i>.<slot>", metadata
+/// "<prefix>steps".
+template <template <class> class State, class... P>
+void save_state(const char* op, Driver& driver, io::SafetensorsWriter& w,
+                const std::tuple<P&...>& params, const std::string& prefix) {
+  w.set_metadata(prefix + "steps", std::to_string(driver.steps()));
+  driver.visit<State>(op, params, [&](std::size_t i, auto& state) {
+    state.each([&](const char* slot, const auto& t) {
+      if (t) w.add(prefix + std::to_string(i) + "." + slot, *t);
+    });
+  });
+}
+
+/// Restores what save_state wrote, onto the parameters' mesh and layouts. Collective.
+template <template <class> class State, class... P, class MakeState>
+void load_state(const char* op, Driver& driver, const io::SafetensorsReader& r,
+                const std::tuple<P&...>& params, const std::string& prefix,
+                MakeState&& make_state) {
+  const std::string& text = r.metadata(prefix + "steps");
+  std::int64_t steps = -1;
+  if (!text.empty() && text.size() < 19 &&
+      text.find_first_not_of("0123456789") == std::string::npos)
+    steps = std::stoll(text);
+  if (steps < 0)
+    throw Error(
+        op, "checkpoint metadata \"" + prefix + "steps\" is \"" + text + "\", not a step count");
+  driver.restore<State>(params, make_state, steps);
+  driver.visit<State>(op, params, [&](std::size_t i, auto& state) {
+    state.each([&](const char* slot, auto& t) {
+      if (t) r.read_into(prefix + std::to_string(i) + "." + slot, *t);
+    });
+  });
+}
 
 inline void check_rate(const char* op, double lr, std::int64_t t) {
   if (!std::isfinite(lr))
@@ -270,11 +336,20 @@ void sum_view_over_axes(const MeshT& mesh, unsigned mask, const View<double>& v)
 template <class P>
 struct SgdState {
   std::optional<P> momentum;
+  template <class F>
+  void each(F&& f) {
+    f("momentum", momentum);
+  }
 };
 
 template <class P>
 struct AdamState {
   std::optional<P> m, v;
+  template <class F>
+  void each(F&& f) {
+    f("m", m);
+    f("v", v);
+  }
 };
 
 template <class P>
@@ -283,6 +358,13 @@ struct AdafactorState {
   std::optional<P> v;                                 // unfactored second moment
   std::optional<typename FactoredTypes<P>::Row> row;  // mean over the last label
   std::optional<typename FactoredTypes<P>::Col> col;  // mean over the second-to-last label
+  template <class F>
+  void each(F&& f) {
+    f("m", m);
+    f("v", v);
+    f("row", row);
+    f("col", col);
+  }
 };
 
 }  // namespace detail
@@ -307,13 +389,7 @@ class Sgd {
     const double lr_next = options_.learning_rate(driver_.steps() + 1);
     detail::check_rate("Sgd", lr_next, driver_.steps() + 1);
     driver_.run<detail::SgdState>(
-        "Sgd", params, grads,
-        [&](const auto& p) {
-          using S = std::remove_cvref_t<decltype(p)>;
-          detail::SgdState<S> s;
-          if (mu != 0) s.momentum.emplace(p.mesh(), p.shape());
-          return s;
-        },
+        "Sgd", params, grads, [this](const auto& p) { return make_state(p); },
         [&](const auto& p, const auto& g, auto& state, std::int64_t t) {
           using T = typename std::remove_cvref_t<decltype(p)>::value_type;
           auto pv = p.local_view();
@@ -340,7 +416,27 @@ class Sgd {
   [[nodiscard]] std::int64_t steps() const noexcept { return driver_.steps(); }
   [[nodiscard]] const SgdOptions& options() const noexcept { return options_; }
 
+  /// Adds the state to a checkpoint: tensors "<prefix><i>.<slot>", metadata "<prefix>steps".
+  template <class... P>
+  void save(io::SafetensorsWriter& w, std::tuple<P&...> params,
+            const std::string& prefix = "optimizer.") {
+    detail::save_state<detail::SgdState>("Sgd", driver_, w, params, prefix);
+  }
+  /// Restores what save() wrote, onto `params`' mesh and layouts (any mesh may have saved it).
+  template <class... P>
+  void load(const io::SafetensorsReader& r, std::tuple<P&...> params,
+            const std::string& prefix = "optimizer.") {
+    detail::load_state<detail::SgdState>("Sgd", driver_, r, params, prefix,
+                                         [this](const auto& p) { return make_state(p); });
+  }
+
  private:
+  template <class S>
+  detail::SgdState<S> make_state(const S& p) const {
+    detail::SgdState<S> s;
+    if (options_.momentum != 0) s.momentum.emplace(p.mesh(), p.shape());
+    return s;
+  }
   SgdOptions options_;
   detail::Driver driver_;
 };
@@ -372,14 +468,7 @@ class Adam {
     const double c1 = 1 - std::pow(b1, static_cast<double>(t_next));
     const double c2 = 1 - std::pow(b2, static_cast<double>(t_next));
     driver_.run<detail::AdamState>(
-        "Adam", params, grads,
-        [&](const auto& p) {
-          using S = std::remove_cvref_t<decltype(p)>;
-          detail::AdamState<S> s;
-          s.m.emplace(p.mesh(), p.shape());
-          s.v.emplace(p.mesh(), p.shape());
-          return s;
-        },
+        "Adam", params, grads, [this](const auto& p) { return make_state(p); },
         [&](const auto& p, const auto& g, auto& state, std::int64_t) {
           using T = typename std::remove_cvref_t<decltype(p)>::value_type;
           auto pv = p.local_view();
@@ -407,7 +496,28 @@ class Adam {
   [[nodiscard]] std::int64_t steps() const noexcept { return driver_.steps(); }
   [[nodiscard]] const AdamOptions& options() const noexcept { return options_; }
 
+  /// Adds the state to a checkpoint: tensors "<prefix><i>.<slot>", metadata "<prefix>steps".
+  template <class... P>
+  void save(io::SafetensorsWriter& w, std::tuple<P&...> params,
+            const std::string& prefix = "optimizer.") {
+    detail::save_state<detail::AdamState>("Adam", driver_, w, params, prefix);
+  }
+  /// Restores what save() wrote, onto `params`' mesh and layouts (any mesh may have saved it).
+  template <class... P>
+  void load(const io::SafetensorsReader& r, std::tuple<P&...> params,
+            const std::string& prefix = "optimizer.") {
+    detail::load_state<detail::AdamState>("Adam", driver_, r, params, prefix,
+                                          [this](const auto& p) { return make_state(p); });
+  }
+
  private:
+  template <class S>
+  detail::AdamState<S> make_state(const S& p) const {
+    detail::AdamState<S> s;
+    s.m.emplace(p.mesh(), p.shape());
+    s.v.emplace(p.mesh(), p.shape());
+    return s;
+  }
   AdamOptions options_;
   detail::Driver driver_;
 };
@@ -452,25 +562,7 @@ class Adafactor {
     detail::check_rate("Adafactor", base_lr, t_next);
     const double beta2t = 1 - std::pow(t, -options_.decay_rate);
     driver_.run<detail::AdafactorState>(
-        "Adafactor", params, grads,
-        [&](const auto& p) {
-          using S = std::remove_cvref_t<decltype(p)>;
-          detail::AdafactorState<S> s;
-          if (options_.beta1 > 0) s.m.emplace(p.mesh(), p.shape());
-          if constexpr (S::rank >= 2) {
-            if (options_.factored) {
-              Shape row = p.shape();
-              row.pop_back();
-              Shape col = p.shape();
-              col.erase(col.end() - 2);
-              s.row.emplace(p.mesh(), row);
-              s.col.emplace(p.mesh(), col);
-              return s;
-            }
-          }
-          s.v.emplace(p.mesh(), p.shape());
-          return s;
-        },
+        "Adafactor", params, grads, [this](const auto& p) { return make_state(p); },
         [&](const auto& p, const auto& g, auto& state, std::int64_t) {
           update_one(p, g, state, base_lr, beta2t);
         });
@@ -479,7 +571,40 @@ class Adafactor {
   [[nodiscard]] std::int64_t steps() const noexcept { return driver_.steps(); }
   [[nodiscard]] const AdafactorOptions& options() const noexcept { return options_; }
 
+  /// Adds the state to a checkpoint: tensors "<prefix><i>.<slot>", metadata "<prefix>steps".
+  template <class... P>
+  void save(io::SafetensorsWriter& w, std::tuple<P&...> params,
+            const std::string& prefix = "optimizer.") {
+    detail::save_state<detail::AdafactorState>("Adafactor", driver_, w, params, prefix);
+  }
+  /// Restores what save() wrote, onto `params`' mesh and layouts (any mesh may have saved it).
+  template <class... P>
+  void load(const io::SafetensorsReader& r, std::tuple<P&...> params,
+            const std::string& prefix = "optimizer.") {
+    detail::load_state<detail::AdafactorState>("Adafactor", driver_, r, params, prefix,
+                                               [this](const auto& p) { return make_state(p); });
+  }
+
  private:
+  template <class S>
+  detail::AdafactorState<S> make_state(const S& p) const {
+    detail::AdafactorState<S> s;
+    if (options_.beta1 > 0) s.m.emplace(p.mesh(), p.shape());
+    if constexpr (S::rank >= 2) {
+      if (options_.factored) {
+        Shape row = p.shape();
+        row.pop_back();
+        Shape col = p.shape();
+        col.erase(col.end() - 2);
+        s.row.emplace(p.mesh(), row);
+        s.col.emplace(p.mesh(), col);
+        return s;
+      }
+    }
+    s.v.emplace(p.mesh(), p.shape());
+    return s;
+  }
+
   template <class S>
   void update_one(const S& p, const S& g, detail::AdafactorState<S>& state, double base_lr,
                   double beta2t) const {
