@@ -239,7 +239,11 @@ class Trainer {
     std::apply([&](auto&... p) { (r.read_into("model." + std::string(names[i++]), p), ...); },
                params);
     optimizer_.load(r, params);
-    const std::int64_t step = std::stoll(r.metadata("moe_lm.step"));
+    const std::string& text = r.metadata("moe_lm.step");
+    if (text.empty() || text.size() > 18 ||
+        text.find_first_not_of("0123456789") != std::string::npos)
+      throw gshard::Error("moe_lm::load", "the checkpoint's step \"" + text + "\" is not a number");
+    const std::int64_t step = std::stoll(text);
     if (step != optimizer_.steps())
       throw gshard::Error("moe_lm::load", "the checkpoint's step " + std::to_string(step) +
                                               " differs from its optimizer's " +

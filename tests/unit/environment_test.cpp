@@ -51,6 +51,40 @@ TEST_CASE("Error: what() names the op and the detail") {
   CHECK_THROWS_AS(throw error, gshard::Error);
 }
 
+TEST_CASE("Error: names the user's source line, never the library's") {
+  std::string what;
+  const int line = __LINE__ + 2;
+  try {
+    const gshard::Mesh<"x"> bad(MPI_COMM_WORLD, {gshard::test::world_size() + 1});
+  } catch (const gshard::Error& e) {
+    what = e.what();
+  }
+  INFO("message: " << what);
+  CHECK(what.ends_with("(at environment_test.cpp:" + std::to_string(line) + ")"));
+  // No site outside a call, and a library header's line never counts.
+  CHECK(std::string(gshard::Error("op", "text").what()) == "gshard::op: text");
+  CHECK(gshard::detail::library_file("/usr/include/gshard/ops/einsum.hpp"));
+  CHECK(gshard::detail::library_file("/a/b/include/gshard/tensor/../core/error.hpp"));
+  CHECK_FALSE(gshard::detail::library_file("/home/u/gshard/examples/moe_lm/train.hpp"));
+  CHECK_FALSE(gshard::detail::library_file("/home/u/src/model.cpp"));
+  // An error inside a nested public call names the outer (user's) line: an einsum whose labels
+  // disagree is evaluated inside the Sharded conversion, both entry points.
+  using M = gshard::Mesh<"x">;
+  const M mesh(MPI_COMM_WORLD, {gshard::test::world_size()});
+  const gshard::Sharded<float, M, "I J"> a(mesh, {3, 4});
+  const gshard::Sharded<float, M, "J K"> b(mesh, {5, 2});
+  what.clear();
+  const int line2 = __LINE__ + 2;
+  try {
+    const gshard::Sharded<float, M, "I K"> c = gshard::einsum<"IJ,JK->IK">(a, b);
+  } catch (const gshard::Error& e) {
+    what = e.what();
+  }
+  INFO("message: " << what);
+  CHECK(what.find("label 'J' has size") != std::string::npos);
+  CHECK(what.ends_with("(at environment_test.cpp:" + std::to_string(line2) + ")"));
+}
+
 #if defined(__GLIBC__)
 TEST_CASE("Environment: large blocks come from the heap, not fresh mmap'd pages") {
   // glibc would mmap a 64 MiB block (above its 32 MiB ceiling for the mmap threshold): mallinfo2

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "errors.hpp"
 #include "mpi_test.hpp"
 
 namespace {
@@ -430,8 +431,13 @@ TEST_CASE("Sharded: from_global with the wrong element count, and bad shapes, th
     }
     INFO("message: " << what);
     CHECK(what.find("needs 20 values") != std::string::npos);
-    CHECK(what.find(std::to_string(count) + " were given") != std::string::npos);
+    CHECK(what.find("gave " + std::to_string(count)) != std::string::npos);
   }
+  // Only the last rank passes a wrong count: every rank raises its error, none waits.
+  const std::vector<double> mine(world_rank() == world_size() - 1 ? 19 : 20, 1.0);
+  gshard::test::same_error_everywhere(
+      [&] { (void)gshard::from_global<S>(mesh, shape, mine); },
+      "needs 20 values, but rank " + std::to_string(world_size() - 1) + " gave 19");
   CHECK_THROWS_AS(S(mesh, Shape{4}), gshard::Error);
   CHECK_THROWS_AS(S(mesh, Shape{4, 5, 1}), gshard::Error);
   CHECK_THROWS_AS(S(mesh, Shape{4, -1}), gshard::Error);

@@ -285,6 +285,7 @@ class Map {
   /// Checks at once (on every rank alike) that each label has one size in all operands.
   Map(std::source_location where, Op op, const Kids&... kids)
       : s_(std::make_shared<State>(where, op, stored(convert(kids)...))) {
+    const detail::UserSite site(where);
     const Shape out = shape();
     std::apply([&](const auto&... k) { (check_shape(k, out), ...); }, s_->kids);
   }
@@ -307,6 +308,7 @@ class Map {
 
   detail::RuntimeTensor<value_type> runtime() const {
     if (s_->value) return *s_->value;
+    const detail::UserSite site(s_->where);
     static_assert(strict_ok<layout>());
     const mesh_type& m = mesh();
     detail::FuseContext<mesh_type> ctx{m, layout, shape(), Op::name, {}, {}, {}, {}};

@@ -7,6 +7,7 @@
 //   io::load_npy_into("w.npy", v);                         // shape and dtype must match
 #include <mpi.h>
 
+#include <source_location>
 #include <string>
 
 #include "format.hpp"
@@ -16,7 +17,9 @@ namespace gshard::io {
 
 /// Writes `tensor`'s global value as a C-order .npy file. Collective over its mesh.
 template <class S>
-void save_npy(const std::string& path, const S& tensor) {
+void save_npy(const std::string& path, const S& tensor,
+              std::source_location where = std::source_location::current()) {
+  const gshard::detail::UserSite site(where);
   using T = typename S::value_type;
   const std::string header = make_npy_header(npy_descr<T>(), tensor.shape());
   detail::MpiFile file(tensor.mesh().comm(), path, MPI_MODE_CREATE | MPI_MODE_WRONLY, "save_npy");
@@ -37,7 +40,9 @@ inline NpyHeader read_npy_header(const detail::MpiFile& file) {
 /// Reads a .npy file into `tensor` (any layout without +axis), in place; its dtype and shape
 /// must be the tensor's. Collective over the tensor's mesh.
 template <class S>
-void load_npy_into(const std::string& path, S& tensor) {
+void load_npy_into(const std::string& path, S& tensor,
+                   std::source_location where = std::source_location::current()) {
+  const gshard::detail::UserSite site(where);
   using T = typename S::value_type;
   detail::MpiFile file(tensor.mesh().comm(), path, MPI_MODE_RDONLY, "load_npy");
   const NpyHeader h = read_npy_header(file);
@@ -54,7 +59,9 @@ void load_npy_into(const std::string& path, S& tensor) {
 
 /// A new tensor of layout S on `mesh`, shaped as the file says. Collective.
 template <class S>
-[[nodiscard]] S load_npy(const typename S::mesh_type& mesh, const std::string& path) {
+[[nodiscard]] S load_npy(const typename S::mesh_type& mesh, const std::string& path,
+                         std::source_location where = std::source_location::current()) {
+  const gshard::detail::UserSite site(where);
   std::vector<std::int64_t> shape;
   {
     detail::MpiFile file(mesh.comm(), path, MPI_MODE_RDONLY, "load_npy");

@@ -22,6 +22,9 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
+#include <optional>
+#include <source_location>
 #include <string>
 #include <vector>
 
@@ -106,7 +109,9 @@ class SafetensorsWriter {
   /// Writes every tensor added, collectively over the communicator, atomically (temporary name,
   /// flush, rename). Throws the same gshard::Error on every rank on failure; `path` is then
   /// unchanged.
-  void write(const std::string& path) const {
+  void write(const std::string& path,
+             std::source_location where = std::source_location::current()) const {
+    const gshard::detail::UserSite site(where);
     const std::string op = "write_safetensors";
     std::map<std::string, std::string> metadata = metadata_;
     std::vector<SafetensorsEntry> entries;
@@ -159,8 +164,10 @@ class SafetensorsWriter {
 /// broadcast, and validated (io/format.hpp) before anything else happens.
 class SafetensorsReader {
  public:
-  SafetensorsReader(MPI_Comm comm, std::string path)
-      : comm_(comm),
+  SafetensorsReader(MPI_Comm comm, std::string path,
+                    std::source_location where = std::source_location::current())
+      : site_(where),
+        comm_(comm),
         path_(std::move(path)),
         file_(std::make_unique<detail::MpiFile>(comm, path_, MPI_MODE_RDONLY, "read_safetensors")) {
     const std::uint64_t size = file_->size();
@@ -168,6 +175,7 @@ class SafetensorsReader {
     const std::uint64_t n = safetensors_header_length(first, size, path_);
     const std::string json = file_->read_on_root(8, n);
     header_ = parse_safetensors_header(json, size, path_);
+    site_.reset();
   }
 
   [[nodiscard]] const SafetensorsHeader& header() const { return header_; }
@@ -190,7 +198,9 @@ class SafetensorsReader {
   /// Reads the tensor `name` into `tensor` (any mesh, any layout without +axis), in place.
   /// Checks dtype and global shape; verifies the checksum when the file has one. Collective.
   template <class S>
-  void read_into(std::string_view name, S& tensor) const {
+  void read_into(std::string_view name, S& tensor,
+                 std::source_location where = std::source_location::current()) const {
+    const gshard::detail::UserSite site(where);
     using T = typename S::value_type;
     const std::string op = "read_safetensors";
     const SafetensorsEntry& e = entry(name);
@@ -214,7 +224,9 @@ class SafetensorsReader {
 
   /// A new tensor of layout S on `mesh`, shaped as the file says, holding the tensor `name`.
   template <class S>
-  [[nodiscard]] S read(const typename S::mesh_type& mesh, std::string_view name) const {
+  [[nodiscard]] S read(const typename S::mesh_type& mesh, std::string_view name,
+                       std::source_location where = std::source_location::current()) const {
+    const gshard::detail::UserSite site(where);
     const auto& e = entry(name);
     if (static_cast<int>(e.shape.size()) != S::rank)
       throw Error("read_safetensors",
@@ -239,6 +251,8 @@ class SafetensorsReader {
     return *e;
   }
 
+  // The caller's line while the constructor runs (members are made before its body).
+  std::optional<gshard::detail::UserSite> site_;
   MPI_Comm comm_;
   std::string path_;
   std::unique_ptr<detail::MpiFile> file_;

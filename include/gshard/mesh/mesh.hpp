@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <source_location>
 #include <string>
 #include <string_view>
 
@@ -93,7 +94,9 @@ class Mesh {
 
   /// Arranges the ranks of `comm` (duplicated, so gshard's messages never mix with the
   /// application's) as a grid of `sizes`. Collective over `comm`.
-  Mesh(MPI_Comm comm, std::initializer_list<int> sizes) {
+  Mesh(MPI_Comm comm, std::initializer_list<int> sizes,
+       std::source_location where = std::source_location::current()) {
+    const detail::UserSite site(where);
     int comm_size = 0;
     MPI_Comm_size(comm, &comm_size);
     if (static_cast<int>(sizes.size()) != axis_count)

@@ -13,6 +13,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <source_location>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -153,7 +154,9 @@ double global_norm(std::tuple<G&...> grads) {
 /// Scales the tensors in place by max_norm / norm when their global norm exceeds max_norm;
 /// returns the norm before clipping. Collective: one AllReduce of one double.
 template <class... G>
-double clip_by_global_norm(std::tuple<G&...> grads, double max_norm) {
+double clip_by_global_norm(std::tuple<G&...> grads, double max_norm,
+                           std::source_location where = std::source_location::current()) {
+  const gshard::detail::UserSite site(where);
   if (!(max_norm > 0))
     throw Error("clip_by_global_norm",
                 "max_norm is " + std::to_string(max_norm) + "; it must be positive");

@@ -14,6 +14,7 @@
 // Options.dense switches dispatch and combine to GShard's dense GSEC einsums (for checking).
 #include <algorithm>
 #include <cstdint>
+#include <source_location>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -229,7 +230,9 @@ Routing<T> route(const Kokkos::View<T*>& gates, const Kokkos::View<T*>& u, std::
 /// wi "E M H" and wo "E H M" (E split over the expert axis or axes; any other splits are the
 /// einsum rules' business). Collective over the mesh. Differentiable in x, wg, wi and wo.
 template <class X, class Wg, class Wi, class Wo>
-auto moe(const X& x, const Wg& wg, const Wi& wi, const Wo& wo, const MoeOptions& opt = {}) {
+auto moe(const X& x, const Wg& wg, const Wi& wi, const Wo& wo, const MoeOptions& opt = {},
+         std::source_location where = std::source_location::current()) {
+  const gshard::detail::UserSite site(where);
   using T = typename X::value_type;
   using MeshT = typename X::mesh_type;
   static_assert(

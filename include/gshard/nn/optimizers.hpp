@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <source_location>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -382,7 +383,9 @@ class Sgd {
   }
 
   template <class... P, class... G>
-  void step(std::tuple<P&...> params, std::tuple<G&...> grads) {
+  void step(std::tuple<P&...> params, std::tuple<G&...> grads,
+            std::source_location where = std::source_location::current()) {
+    const gshard::detail::UserSite site(where);
     const double mu = options_.momentum;
     const bool nesterov = options_.nesterov;
     const double wd = options_.weight_decay;
@@ -419,13 +422,17 @@ class Sgd {
   /// Adds the state to a checkpoint: tensors "<prefix><i>.<slot>", metadata "<prefix>steps".
   template <class... P>
   void save(io::SafetensorsWriter& w, std::tuple<P&...> params,
-            const std::string& prefix = "optimizer.") {
+            const std::string& prefix = "optimizer.",
+            std::source_location where = std::source_location::current()) {
+    const gshard::detail::UserSite site(where);
     detail::save_state<detail::SgdState>("Sgd", driver_, w, params, prefix);
   }
   /// Restores what save() wrote, onto `params`' mesh and layouts (any mesh may have saved it).
   template <class... P>
   void load(const io::SafetensorsReader& r, std::tuple<P&...> params,
-            const std::string& prefix = "optimizer.") {
+            const std::string& prefix = "optimizer.",
+            std::source_location where = std::source_location::current()) {
+    const gshard::detail::UserSite site(where);
     detail::load_state<detail::SgdState>("Sgd", driver_, r, params, prefix,
                                          [this](const auto& p) { return make_state(p); });
   }
@@ -456,7 +463,9 @@ class Adam {
   }
 
   template <class... P, class... G>
-  void step(std::tuple<P&...> params, std::tuple<G&...> grads) {
+  void step(std::tuple<P&...> params, std::tuple<G&...> grads,
+            std::source_location where = std::source_location::current()) {
+    const gshard::detail::UserSite site(where);
     const std::int64_t t_next = driver_.steps() + 1;
     const double lr = options_.learning_rate(t_next);
     detail::check_rate("Adam", lr, t_next);
@@ -499,13 +508,17 @@ class Adam {
   /// Adds the state to a checkpoint: tensors "<prefix><i>.<slot>", metadata "<prefix>steps".
   template <class... P>
   void save(io::SafetensorsWriter& w, std::tuple<P&...> params,
-            const std::string& prefix = "optimizer.") {
+            const std::string& prefix = "optimizer.",
+            std::source_location where = std::source_location::current()) {
+    const gshard::detail::UserSite site(where);
     detail::save_state<detail::AdamState>("Adam", driver_, w, params, prefix);
   }
   /// Restores what save() wrote, onto `params`' mesh and layouts (any mesh may have saved it).
   template <class... P>
   void load(const io::SafetensorsReader& r, std::tuple<P&...> params,
-            const std::string& prefix = "optimizer.") {
+            const std::string& prefix = "optimizer.",
+            std::source_location where = std::source_location::current()) {
+    const gshard::detail::UserSite site(where);
     detail::load_state<detail::AdamState>("Adam", driver_, r, params, prefix,
                                           [this](const auto& p) { return make_state(p); });
   }
@@ -554,7 +567,9 @@ class Adafactor {
   }
 
   template <class... P, class... G>
-  void step(std::tuple<P&...> params, std::tuple<G&...> grads) {
+  void step(std::tuple<P&...> params, std::tuple<G&...> grads,
+            std::source_location where = std::source_location::current()) {
+    const gshard::detail::UserSite site(where);
     const std::int64_t t_next = driver_.steps() + 1;
     const double t = static_cast<double>(t_next);
     const double base_lr = options_.learning_rate ? (*options_.learning_rate)(t_next)
@@ -574,13 +589,17 @@ class Adafactor {
   /// Adds the state to a checkpoint: tensors "<prefix><i>.<slot>", metadata "<prefix>steps".
   template <class... P>
   void save(io::SafetensorsWriter& w, std::tuple<P&...> params,
-            const std::string& prefix = "optimizer.") {
+            const std::string& prefix = "optimizer.",
+            std::source_location where = std::source_location::current()) {
+    const gshard::detail::UserSite site(where);
     detail::save_state<detail::AdafactorState>("Adafactor", driver_, w, params, prefix);
   }
   /// Restores what save() wrote, onto `params`' mesh and layouts (any mesh may have saved it).
   template <class... P>
   void load(const io::SafetensorsReader& r, std::tuple<P&...> params,
-            const std::string& prefix = "optimizer.") {
+            const std::string& prefix = "optimizer.",
+            std::source_location where = std::source_location::current()) {
+    const gshard::detail::UserSite site(where);
     detail::load_state<detail::AdafactorState>("Adafactor", driver_, r, params, prefix,
                                                [this](const auto& p) { return make_state(p); });
   }

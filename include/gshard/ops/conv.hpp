@@ -1364,7 +1364,9 @@ auto pool_typed(const X& x, const PoolOptions& opt) {
 /// out[.., O, .., h, w] = sum_{C,K,L} x[.., C, .., h*s + k*d - pad, w*s + l*d - pad] w[O, C, k, l].
 /// The result has x's labels in x's order with C replaced by O. Eager; collective.
 template <fixed_string Spec, Expression X, Expression W>
-auto conv(const X& x, const W& w, const ConvOptions& options = {}) {
+auto conv(const X& x, const W& w, const ConvOptions& options = {},
+          std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where);
   return detail::conv_typed<"conv", Spec, 0>(x, w, options);
 }
 /// conv with exactly one spatial label: conv1d<"L:K C->O">.
@@ -1381,13 +1383,17 @@ auto conv2d(const X& x, const W& w, const ConvOptions& options = {}) {
 /// max_pool<"HW">(x, {.window = {2, 2}}): the maximum over each window (no padding; stride
 /// defaults to the window). A pending partial sum of x is finished first. Eager; collective.
 template <fixed_string Spec, Expression X>
-auto max_pool(const X& x, const PoolOptions& options) {
+auto max_pool(const X& x, const PoolOptions& options,
+              std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where);
   return detail::pool_typed<"max_pool", Spec, detail::PoolKind::max>(x, options);
 }
 /// avg_pool<"HW">(x, {.window = {2, 2}}): the mean over each window; linear, so pending partial
 /// sums of x stay pending in the result.
 template <fixed_string Spec, Expression X>
-auto avg_pool(const X& x, const PoolOptions& options) {
+auto avg_pool(const X& x, const PoolOptions& options,
+              std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where);
   return detail::pool_typed<"avg_pool", Spec, detail::PoolKind::avg>(x, options);
 }
 

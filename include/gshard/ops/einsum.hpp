@@ -121,6 +121,7 @@ class EinsumExpr {
   /// Checks at once (on every rank alike) that labels shared by the operands agree in size.
   EinsumExpr(std::source_location where, Operands operands)
       : s_(std::make_shared<State>(where, std::move(operands))) {
+    const detail::UserSite site(where);
     for (char c : parsed.spec.operands[0]) (void)size_of(c);
   }
 
@@ -143,6 +144,7 @@ class EinsumExpr {
 
   detail::RuntimeTensor<value_type> runtime() const {
     if (s_->value) return *s_->value;
+    const detail::UserSite site(s_->where);
     const std::string op = std::string("einsum \"").append(Einsum.view()).append("\"");
     const auto a = detail::materialise_as(std::get<0>(s_->operands), rules.operands[0], op);
     const mesh_type& m = mesh();

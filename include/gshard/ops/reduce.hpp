@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <source_location>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -555,43 +556,51 @@ auto reduce_typed(const E& x) {
 
 /// Sum over the labels: partial over their axes (no communication); pending sums stay pending.
 template <fixed_string Labels, Expression E>
-auto sum(const E& x) {
+auto sum(const E& x, std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where);
   return detail::reduce_typed<detail::Reduction::sum, "sum", Labels>(x);
 }
 /// Mean over the labels (the sum divided by their global sizes): partial like sum.
 template <fixed_string Labels, Expression E>
-auto mean(const E& x) {
+auto mean(const E& x, std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where);
   return detail::reduce_typed<detail::Reduction::mean, "mean", Labels>(x);
 }
 /// Maximum over the labels; over a split label one AllReduce (max) of the result's block.
 template <fixed_string Labels, Expression E>
-auto max(const E& x) {
+auto max(const E& x, std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where);
   return detail::reduce_typed<detail::Reduction::max, "max", Labels>(x);
 }
 /// Minimum over the labels; over a split label one AllReduce (min).
 template <fixed_string Labels, Expression E>
-auto min(const E& x) {
+auto min(const E& x, std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where);
   return detail::reduce_typed<detail::Reduction::min, "min", Labels>(x);
 }
 /// The global index (int64) of the maximum: row-major over the labels in the order written;
 /// the smallest on ties. Over a split label: AllReduce max of values, AllReduce min of indices.
 template <fixed_string Labels, Expression E>
-auto argmax(const E& x) {
+auto argmax(const E& x, std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where);
   return detail::reduce_typed<detail::Reduction::argmax, "argmax", Labels>(x);
 }
 /// As argmax, for the minimum.
 template <fixed_string Labels, Expression E>
-auto argmin(const E& x) {
+auto argmin(const E& x, std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where);
   return detail::reduce_typed<detail::Reduction::argmin, "argmin", Labels>(x);
 }
 /// log(sum(exp(x))), stable: AllReduce max, then AllReduce sum of exp(x - max).
 template <fixed_string Labels, Expression E>
-auto logsumexp(const E& x) {
+auto logsumexp(const E& x, std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where);
   return detail::reduce_typed<detail::Reduction::logsumexp, "logsumexp", Labels>(x);
 }
 /// The L2 norm: AllReduce sum of squares, then sqrt.
 template <fixed_string Labels, Expression E>
-auto norm(const E& x) {
+auto norm(const E& x, std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where);
   return detail::reduce_typed<detail::Reduction::norm, "norm", Labels>(x);
 }
 

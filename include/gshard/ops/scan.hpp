@@ -12,6 +12,7 @@
 
 #include <array>
 #include <cstdint>
+#include <source_location>
 #include <string>
 #include <vector>
 
@@ -223,7 +224,8 @@ scan_result_t<E> cumsum_typed(const E& x, bool exclusive) {
 /// result has the input's layout (pending partial sums stay pending). Collective over the mesh
 /// when Label is split: one ExScan of the shard totals along Label's axes.
 template <fixed_string Label, Expression E>
-auto cumsum(const E& x) {
+auto cumsum(const E& x, std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where);
   if constexpr (!detail::check_scan_label<Label, E>())
     return 0;
   else
@@ -232,7 +234,8 @@ auto cumsum(const E& x) {
 
 /// Exclusive cumulative sum along Label: out[.., i, ..] = sum of x[.., j, ..] for j < i.
 template <fixed_string Label, Expression E>
-auto exclusive_cumsum(const E& x) {
+auto exclusive_cumsum(const E& x, std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where);
   if constexpr (!detail::check_scan_label<Label, E>())
     return 0;
   else

@@ -833,7 +833,8 @@ RuntimeTensor<T> concat_cotangent(const RuntimeTensor<T>& g, const Layout& opera
 /// merge<"GS", "T">(x): labels G and S (major first) become one label T of size |G|*|S|.
 /// Collective over the mesh.
 template <fixed_string Labels, fixed_string Merged, Expression X>
-auto merge(const X& x) {
+auto merge(const X& x, std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where);
   if constexpr (!detail::check_merge<Labels, Merged, X>()) {
     return 0;
   } else {
@@ -863,7 +864,9 @@ auto merge(const X& x) {
 /// split<"T", "GS">(x, {g, s}): label T becomes G (major) and S of sizes g and s, g*s = |T|.
 /// Collective over the mesh.
 template <fixed_string Label, fixed_string Into, Expression X>
-auto split(const X& x, const Shape& sizes) {
+auto split(const X& x, const Shape& sizes,
+           std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where);
   if constexpr (!detail::check_split<Label, Into, X>()) {
     return 0;
   } else {
@@ -888,7 +891,9 @@ auto split(const X& x, const Shape& sizes) {
 /// slice<"S">(x, begin, end): positions [begin, end) along S; the layout is kept. Collective
 /// over the mesh when S is split.
 template <fixed_string Label, Expression X>
-auto slice(const X& x, std::int64_t begin, std::int64_t end) {
+auto slice(const X& x, std::int64_t begin, std::int64_t end,
+           std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where);
   if constexpr (!detail::check_one_label<Label, X>()) {
     return 0;
   } else {
@@ -914,7 +919,9 @@ auto slice(const X& x, std::int64_t begin, std::int64_t end) {
 /// behind it; the layout is kept. Collective over the mesh when S is split.
 template <fixed_string Label, Expression X>
 auto pad(const X& x, std::int64_t before, std::int64_t after,
-         typename X::value_type value = typename X::value_type{}) {
+         typename X::value_type value = typename X::value_type{},
+         std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where);
   if constexpr (!detail::check_one_label<Label, X>()) {
     return 0;
   } else {

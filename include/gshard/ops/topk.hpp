@@ -10,6 +10,7 @@
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
+#include <source_location>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -374,7 +375,9 @@ constexpr bool check_one_hot() {
 /// finished first (implicit AllReduce; a compile error in strict mode). Throws gshard::Error
 /// unless 1 <= k <= the size of Label. Collective over the mesh when Label is split.
 template <fixed_string Label, fixed_string NewLabel, Expression E>
-auto top_k(const E& x, std::int64_t k) {
+auto top_k(const E& x, std::int64_t k,
+           std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where);
   if constexpr (!detail::check_top_k<Label, NewLabel, E>()) {
     return 0;
   } else {
@@ -409,7 +412,9 @@ auto top_k(const E& x, std::int64_t k) {
 /// [0, size) gives an all-zero row. The value type is V (default float). A pending partial sum of
 /// the indices is finished first. No communication otherwise.
 template <fixed_string NewLabel, class V = float, Expression E>
-auto one_hot(const E& indices, std::int64_t size) {
+auto one_hot(const E& indices, std::int64_t size,
+             std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where);
   if constexpr (!detail::check_one_hot<NewLabel, E>()) {
     return 0;
   } else {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <source_location>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -503,7 +504,8 @@ ReshardPlan plan_reshard(const Sharded<T, MeshT, Spec>& source) {
 
 /// The value of `source` in Target's layout. Collective over the mesh.
 template <class Target, class T, class MeshT, fixed_string Spec>
-Target reshard(const Sharded<T, MeshT, Spec>& source) {
+Target reshard(const Sharded<T, MeshT, Spec>& source, std::source_location where) {
+  const detail::UserSite site(where);
   const ReshardPlan plan = plan_reshard<Target>(source);
   Shape shape = detail::shape_in(Target::layout, plan.source, source.shape());
   if (plan.steps.empty()) {

@@ -5,9 +5,12 @@
 // is the value asked for.
 #include <Kokkos_Core.hpp>
 #include <cstdint>
+#include <source_location>
 #include <span>
 #include <string>
 #include <vector>
+
+#include "../comm/agree.hpp"
 
 #include "random.hpp"
 #include "sharded.hpp"
@@ -83,13 +86,19 @@ S random_normal(const typename S::mesh_type& mesh, Shape shape, std::uint64_t se
 /// Each rank passes the whole tensor (row-major, spec order) and keeps its own block.
 template <ShardedType S>
 S from_global(const typename S::mesh_type& mesh, Shape shape,
-              std::span<const typename S::value_type> global) {
+              std::span<const typename S::value_type> global,
+              std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where);
   S out(mesh, std::move(shape));
+  // Each rank passes its own vector: agree, so that a rank with the wrong count cannot leave the
+  // others waiting in a later collective.
+  std::string error;
   if (static_cast<std::int64_t>(global.size()) != out.size())
-    throw Error("from_global", "a tensor of global shape " + detail::shape_string(out.shape()) +
-                                   " for \"" + std::string(S::spec_string()) + "\" needs " +
-                                   std::to_string(out.size()) + " values, but " +
-                                   std::to_string(global.size()) + " were given");
+    error = "a tensor of global shape " + detail::shape_string(out.shape()) + " for \"" +
+            std::string(S::spec_string()) + "\" needs " + std::to_string(out.size()) +
+            " values, but rank " + std::to_string(mesh.rank()) + " gave " +
+            std::to_string(global.size());
+  detail::agree(mesh.comm(), "from_global", error);
   const detail::BlockIndex b =
       detail::block_index(S::layout, out.shape(), mesh.sizes(), mesh.coordinates());
   auto host = Kokkos::create_mirror_view(out.local_view());
@@ -103,9 +112,11 @@ S from_global(const typename S::mesh_type& mesh, Shape shape,
 
 template <ShardedType S>
 S from_global(const typename S::mesh_type& mesh, Shape shape,
-              const std::vector<typename S::value_type>& global) {
+              const std::vector<typename S::value_type>& global,
+              std::source_location where = std::source_location::current()) {
   return from_global<S>(mesh, std::move(shape),
-                        std::span<const typename S::value_type>(global.data(), global.size()));
+                        std::span<const typename S::value_type>(global.data(), global.size()),
+                        where);
 }
 
 }  // namespace gshard

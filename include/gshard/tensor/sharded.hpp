@@ -2,6 +2,7 @@
 // gshard::Sharded<T, Mesh, "spec">: a global tensor, laid out over a mesh as its spec says.
 #include <Kokkos_Core.hpp>
 #include <cstdint>
+#include <source_location>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -58,7 +59,8 @@ template <class T, class MeshT, fixed_string Spec>
 class Sharded;
 
 template <class Target, class T, class MeshT, fixed_string Spec>
-Target reshard(const Sharded<T, MeshT, Spec>& source);
+Target reshard(const Sharded<T, MeshT, Spec>& source,
+               std::source_location where = std::source_location::current());
 
 template <class Target, class E>
 Target evaluate_as(const E& e);  // expr/node.hpp
@@ -85,15 +87,20 @@ class Sharded {
   static constexpr bool is_lazy = false;
 
   /// A zero-filled tensor of the given global shape (labels in spec order).
-  Sharded(const MeshT& mesh, Shape global_shape) : mesh_(mesh), shape_(std::move(global_shape)) {
+  Sharded(const MeshT& mesh, Shape global_shape,
+          std::source_location where = std::source_location::current())
+      : mesh_(mesh), shape_(std::move(global_shape)) {
+    const detail::UserSite site(where);
     check_shape("Sharded");
     data_ = view_type("gshard::Sharded", local_size());
   }
 
   /// Wraps a user's View as the local shard, zero-copy. It must hold exactly the padded local
   /// block (local_shape()), row-major.
-  Sharded(const MeshT& mesh, Shape global_shape, view_type local)
+  Sharded(const MeshT& mesh, Shape global_shape, view_type local,
+          std::source_location where = std::source_location::current())
       : mesh_(mesh), shape_(std::move(global_shape)), data_(std::move(local)) {
+    const detail::UserSite site(where);
     check_shape("Sharded");
     if (static_cast<std::int64_t>(data_.extent(0)) != local_size())
       throw Error("Sharded", "a View of " + std::to_string(data_.extent(0)) +
@@ -106,8 +113,9 @@ class Sharded {
   /// Resharding on assignment: the value of `other` in this layout.
   template <fixed_string OtherSpec>
   requires(!(OtherSpec == Spec))
-      Sharded(const Sharded<T, MeshT, OtherSpec>& other)  // NOLINT: implicit on purpose
-      : Sharded(reshard<Sharded>(other)) {}
+      Sharded(const Sharded<T, MeshT, OtherSpec>& other,  // NOLINT: implicit on purpose
+              std::source_location where = std::source_location::current())
+      : Sharded(reshard<Sharded>(other, where)) {}
 
   /// Evaluating a lazy expression (einsum, elementwise ops) into this layout: an annotation, so
   /// the value is resharded when the expression's own layout differs.
@@ -192,7 +200,11 @@ class Sharded {
 
   /// The whole tensor, row-major in spec order, on every rank (partial sums reduced).
   /// Collective over the mesh.
-  [[nodiscard]] std::vector<T> to_global() const { return assemble(/*root=*/-1); }
+  [[nodiscard]] std::vector<T> to_global(
+      std::source_location where = std::source_location::current()) const {
+    const detail::UserSite site(where);
+    return assemble(/*root=*/-1);
+  }
   /// The whole tensor on `root` only (an empty vector elsewhere). Collective over the mesh.
   [[nodiscard]] std::vector<T> gather_to_root(int root = 0) const { return assemble(root); }
 
