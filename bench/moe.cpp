@@ -39,6 +39,8 @@
 
 #include <gshard/gshard.hpp>
 
+#include "moe_step.hpp"
+
 #if defined(GSHARD_HAVE_CBLAS)
 #include <cblas.h>
 #else
@@ -48,11 +50,7 @@
 namespace {
 
 namespace gs = gshard;
-using Line = gs::Mesh<"x">;
-using X = gs::Sharded<float, Line, "G:x S M">;
-using Wg = gs::Sharded<float, Line, "M E">;
-using Wi = gs::Sharded<float, Line, "E:x M H">;
-using Wo = gs::Sharded<float, Line, "E:x H M">;
+using bench::Line, bench::X, bench::Wg, bench::Wi, bench::Wo, bench::median, bench::now;
 
 struct Options {
   std::string csv = "bench_moe.csv";
@@ -93,37 +91,12 @@ struct Case {
   }
 };
 
-double now() { return MPI_Wtime(); }
-
-// Max over ranks: a step ends when its slowest rank does.
-double max_over_ranks(double t) {
-  MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return t;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-double step(const Line& mesh, const Case& c, X& x, Wg& wg, Wi& wi, Wo& wo, const X& r) {
-  MPI_Barrier(MPI_COMM_WORLD);
-  const double t0 = now();
-  gs::track(x, wg, wi, wo);
-  const auto out = gs::nn::moe(x, wg, wi, wo,
-                               {.k = 2,
-                                .capacity_factor = c.cf,
-                                .min_capacity = 4,
-                                .second_expert = gs::nn::SecondExpert::all});
-  const auto loss = gs::sum<"GSM">(out.output * r) + out.aux_loss;
-  auto g = gs::grad(loss, x, wg, wi, wo);
-  gs::untrack(x, wg, wi, wo);
-  // Touch the gradients so nothing is left unevaluated.
-  volatile float sink = std::get<0>(g).local_size() > 0 ? 0.0f : 1.0f;
-  (void)sink;
-  (void)mesh;
-  return max_over_ranks(now() - t0);
+double step(X& x, Wg& wg, Wi& wi, Wo& wo, const X& r, const Case& c) {
+  return bench::moe_step(x, wg, wi, wo, r,
+                         {.k = 2,
+                          .capacity_factor = c.cf,
+                          .min_capacity = 4,
+                          .second_expert = gs::nn::SecondExpert::all});
 }
 
 // Best one-core sgemm GFLOP/s on the experts' two GEMM shapes (rows = C G per expert).
@@ -201,7 +174,7 @@ int main(int argc, char** argv) {
       double gemm = gemm_gflops(rows, c.m, c.h, 10);
       std::vector<double> times;
       for (int i = 0; i < o.warmup + o.reps; ++i) {
-        const double t = step(mesh, c, x, wg, wi, wo, r);
+        const double t = step(x, wg, wi, wo, r, c);
         if (i >= o.warmup) times.push_back(t);
       }
       const double t = median(times);
@@ -210,7 +183,7 @@ int main(int argc, char** argv) {
       memory.reset_peak();
       gs::flop_counters().reset();
       const gs::CommCount a2a0 = gs::comm_counters().get("x", gs::Collective::all_to_all);
-      step(mesh, c, x, wg, wi, wo, r);
+      step(x, wg, wi, wo, r, c);
       const gs::CommCount a2a1 = gs::comm_counters().get("x", gs::Collective::all_to_all);
       double counted[3] = {static_cast<double>(memory.peak_bytes()),
                            static_cast<double>(gs::flop_counters().contraction()),

@@ -39,7 +39,8 @@ struct Options {
   std::uint64_t seed = 1;
   std::string out = "moe_lm_out";  // loss.csv, loss.png, expert_load.csv/png, samples.txt
   int sample_bytes = 160;          // generated text per language at the end
-  std::string trace;               // reserved: a trace file
+  std::string trace;               // Chrome trace JSON of the first trace_steps steps ("": none)
+  int trace_steps = 5;
 };
 
 /// Parses "2x2", "4x2x1": 2 or 3 positive extents (data x expert [x model]).
@@ -106,7 +107,10 @@ inline std::optional<int> parse_options(Options& options, int argc, char** argv,
   app.add_option("--out", o.out, "output directory for CSV, PNG and sample text");
   app.add_option("--sample-bytes", o.sample_bytes, "bytes of generated text per language")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--trace", o.trace, "reserved: trace output file");
+  app.add_option("--trace", o.trace,
+                 "write a Chrome trace (Perfetto) of the first --trace-steps training steps, all "
+                 "ranks, to this file, and their step plan to <file>.plan.json");
+  app.add_option("--trace-steps", o.trace_steps, "training steps to trace")->check(positive);
   std::ostringstream out, err;
   try {
     app.parse(argc, argv);

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -129,12 +130,18 @@ int run(int argc, char** argv, int rank, std::chrono::steady_clock::time_point s
     records.push_back({0, std::nan(""), std::nan(""), last_eval.loss});
   }
 
+  // --trace: the first trace_steps steps of this run, every rank, in one file.
+  std::optional<gshard::Trace> trace;
+  if (!o.trace.empty()) trace.emplace(mesh);
   const double train_start = shared_elapsed(start);
   double last_print = train_start;
   bool stopped_by_time = false;
   while (step < o.steps) {
     gshard::CommCounters before = gshard::comm_counters();
+    const bool traced = trace && trace->steps() < o.trace_steps;
+    if (traced) trace->begin_step();
     const moe_lm::StepStats s = trainer.step(corpus, step);
+    if (traced) trace->end_step();
     if (step == 0 && root) std::cout << step_collectives(before, gshard::comm_counters());
     ++step;
     tokens += s.tokens;
@@ -176,6 +183,15 @@ int run(int argc, char** argv, int rank, std::chrono::steady_clock::time_point s
     }
   }
   const double trained = shared_elapsed(start) - train_start;
+  if (trace) {
+    trace->write_chrome(o.trace);
+    const gshard::StepPlan plan = trace->plan();
+    if (root) {
+      std::cout << plan.text() << "wrote the trace of " << trace->steps() << " step(s) to "
+                << o.trace << " and the step plan to " << o.trace << ".plan.json" << std::endl;
+      std::ofstream(o.trace + ".plan.json") << plan.json() << "\n";
+    }
+  }
 
   const std::vector<std::string> samples = [&] {
     std::vector<std::string> prompts;

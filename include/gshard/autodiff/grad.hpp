@@ -190,6 +190,8 @@ inline std::vector<std::optional<AnyTensor>> backprop(const std::shared_ptr<Grad
       cot.erase(it);  // an untracked leaf
       continue;
     }
+    const UserSite site(n->site.file, n->site.line);  // errors and traces name the forward line
+    const TraceOp op(n->op.c_str(), n->where.file_name(), n->where.line(), "grad of ");
     const AnyTensor g = combine_any(it->second, *n);
     cot.erase(it);
     const Cotangents outs = n->backward(g);
@@ -300,6 +302,11 @@ std::tuple<P...> grad(const L& loss, const P&... params) {
                             ") does not depend on any tracked tensor: call gshard::track on the "
                             "parameters before the forward pass, outside gshard::NoGrad");
   const auto cot = detail::backprop(value.grad_node(), detail::seed_of(value), targets);
+  // Finishing the parameters' gradients (data parallelism's reduction) runs at the loss's line.
+  const detail::GradNode& root = *value.grad_node();
+  const detail::UserSite site(root.site.file, root.site.line);
+  const detail::TraceOp op("parameter gradients", root.where.file_name(), root.where.line(),
+                           "grad: ");
   return [&]<std::size_t... I>(std::index_sequence<I...>) {
     return std::tuple<P...>{detail::gradient_of(params, cot[I])...};
   }

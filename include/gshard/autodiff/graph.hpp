@@ -58,6 +58,7 @@ struct GradNode {
   std::uint64_t sequence = 0;  // creation order, the same on every rank: a topological order
   std::string op;
   std::source_location where;
+  UserSiteState site;  // the user's line that recorded it (the backward pass traces it there)
   std::shared_ptr<const MeshState> mesh;
   std::vector<std::string> axis_names;
   Layout layout{};
@@ -102,6 +103,8 @@ std::shared_ptr<GradNode> make_node(const MeshT& mesh, std::string op, std::sour
   n->sequence = next_node_sequence();
   n->op = std::move(op);
   n->where = where;
+  n->site = user_site_state();
+  if (n->site.file == nullptr) n->site = {where.file_name(), where.line()};
   n->mesh = mesh.state_handle();
   n->axis_names = mesh_axis_names<MeshT>();
   n->layout = layout;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../core/error.hpp"
+#include "../core/trace.hpp"
 #include "counters.hpp"
 
 namespace gshard::detail {
@@ -57,24 +58,32 @@ inline int group_size(MPI_Comm comm) {
   return k;
 }
 
+/// Counts a finished collective, and traces it when `span` records.
+inline void counted(TraceSpan& span, const std::string& axes, Collective kind, std::int64_t bytes) {
+  comm_counters().add(axes, kind, bytes);
+  if (span.on()) span.set_collective(axes, bytes);
+}
+
 /// recv[k * n] = every rank's send[n], in group-rank order.
 template <class T>
 void all_gather(const T* send, T* recv, std::int64_t n, MPI_Comm comm, const std::string& axes) {
+  TraceSpan span("collective", "AllGather");
   const int k = group_size(comm);
   check_mpi(MPI_Allgather(send, mpi_count(n, "AllGather"), mpi_type<T>(), recv,
                           mpi_count(n, "AllGather"), mpi_type<T>(), comm),
             "AllGather");
-  comm_counters().add(axes, Collective::all_gather, (k - 1) * n * std::int64_t{sizeof(T)});
+  counted(span, axes, Collective::all_gather, (k - 1) * n * std::int64_t{sizeof(T)});
 }
 
 /// send[k][n] -> recv[k][n]: block j goes to group rank j.
 template <class T>
 void all_to_all(const T* send, T* recv, std::int64_t n, MPI_Comm comm, const std::string& axes) {
+  TraceSpan span("collective", "AllToAll");
   const int k = group_size(comm);
   check_mpi(MPI_Alltoall(send, mpi_count(n, "AllToAll"), mpi_type<T>(), recv,
                          mpi_count(n, "AllToAll"), mpi_type<T>(), comm),
             "AllToAll");
-  comm_counters().add(axes, Collective::all_to_all, (k - 1) * n * std::int64_t{sizeof(T)});
+  counted(span, axes, Collective::all_to_all, (k - 1) * n * std::int64_t{sizeof(T)});
 }
 
 /// Variable-size exchange; counts and displacements in elements.
@@ -82,6 +91,7 @@ template <class T>
 void all_to_all_v(const T* send, const std::vector<int>& send_counts,
                   const std::vector<int>& send_displs, T* recv, const std::vector<int>& recv_counts,
                   const std::vector<int>& recv_displs, MPI_Comm comm, const std::string& axes) {
+  TraceSpan span("collective", "AllToAllv");
   int me = 0;
   MPI_Comm_rank(comm, &me);
   check_mpi(MPI_Alltoallv(send, send_counts.data(), send_displs.data(), mpi_type<T>(), recv,
@@ -90,41 +100,44 @@ void all_to_all_v(const T* send, const std::vector<int>& send_counts,
   std::int64_t sent = 0;
   for (std::size_t j = 0; j < send_counts.size(); ++j)
     if (static_cast<int>(j) != me) sent += send_counts[j];
-  comm_counters().add(axes, Collective::all_to_all_v, sent * std::int64_t{sizeof(T)});
+  counted(span, axes, Collective::all_to_all_v, sent * std::int64_t{sizeof(T)});
 }
 
 /// In place over n elements.
 template <class T>
 void all_reduce(T* data, std::int64_t n, ReduceOp op, MPI_Comm comm, const std::string& axes) {
+  TraceSpan span("collective", "AllReduce");
   const int k = group_size(comm);
   check_mpi(
       MPI_Allreduce(MPI_IN_PLACE, data, mpi_count(n, "AllReduce"), mpi_type<T>(), mpi_op(op), comm),
       "AllReduce");
-  comm_counters().add(axes, Collective::all_reduce, 2 * (k - 1) * n * std::int64_t{sizeof(T)} / k);
+  counted(span, axes, Collective::all_reduce, 2 * (k - 1) * n * std::int64_t{sizeof(T)} / k);
 }
 
 /// send[k][n] reduced over the group; group rank j keeps block j in recv[n].
 template <class T>
 void reduce_scatter(const T* send, T* recv, std::int64_t n, ReduceOp op, MPI_Comm comm,
                     const std::string& axes) {
+  TraceSpan span("collective", "ReduceScatter");
   const int k = group_size(comm);
   check_mpi(MPI_Reduce_scatter_block(send, recv, mpi_count(n, "ReduceScatter"), mpi_type<T>(),
                                      mpi_op(op), comm),
             "ReduceScatter");
-  comm_counters().add(axes, Collective::reduce_scatter, (k - 1) * n * std::int64_t{sizeof(T)});
+  counted(span, axes, Collective::reduce_scatter, (k - 1) * n * std::int64_t{sizeof(T)});
 }
 
 /// Sends n elements to `dest` and receives n from `source` (ranks of comm).
 template <class T>
 void permute(const T* send, T* recv, std::int64_t n, int dest, int source, MPI_Comm comm,
              const std::string& axes) {
+  TraceSpan span("collective", "CollectivePermute");
   int me = 0;
   MPI_Comm_rank(comm, &me);
   check_mpi(MPI_Sendrecv(send, mpi_count(n, "CollectivePermute"), mpi_type<T>(), dest, 0, recv,
                          mpi_count(n, "CollectivePermute"), mpi_type<T>(), source, 0, comm,
                          MPI_STATUS_IGNORE),
             "CollectivePermute");
-  comm_counters().add(axes, Collective::permute, dest == me ? 0 : n * std::int64_t{sizeof(T)});
+  counted(span, axes, Collective::permute, dest == me ? 0 : n * std::int64_t{sizeof(T)});
 }
 
 /// Sends n_send elements to `dest` and receives n_recv from `source`; either may be
@@ -133,6 +146,7 @@ void permute(const T* send, T* recv, std::int64_t n, int dest, int source, MPI_C
 template <class T>
 void send_recv(const T* send, std::int64_t n_send, int dest, T* recv, std::int64_t n_recv,
                int source, MPI_Comm comm, const std::string& axes) {
+  TraceSpan span("collective", "CollectivePermute");
   int me = 0;
   MPI_Comm_rank(comm, &me);
   check_mpi(MPI_Sendrecv(send, mpi_count(n_send, "CollectivePermute"), mpi_type<T>(), dest, 1, recv,
@@ -140,7 +154,7 @@ void send_recv(const T* send, std::int64_t n_send, int dest, T* recv, std::int64
                          MPI_STATUS_IGNORE),
             "CollectivePermute");
   const bool sends = dest != MPI_PROC_NULL && dest != me;
-  comm_counters().add(axes, Collective::permute, sends ? n_send * std::int64_t{sizeof(T)} : 0);
+  counted(span, axes, Collective::permute, sends ? n_send * std::int64_t{sizeof(T)} : 0);
 }
 
 /// Exclusive prefix reduction over the group, element-wise over n values: group rank r gets the
@@ -148,6 +162,7 @@ void send_recv(const T* send, std::int64_t n_send, int dest, T* recv, std::int64
 template <class T>
 void exscan(const T* send, T* recv, std::int64_t n, ReduceOp op, T first, MPI_Comm comm,
             const std::string& axes) {
+  TraceSpan span("collective", "ExScan");
   int me = 0;
   MPI_Comm_rank(comm, &me);
   check_mpi(MPI_Exscan(send, recv, mpi_count(n, "ExScan"), mpi_type<T>(), mpi_op(op), comm),
@@ -155,7 +170,7 @@ void exscan(const T* send, T* recv, std::int64_t n, ReduceOp op, T first, MPI_Co
   if (me == 0)
     for (std::int64_t i = 0; i < n; ++i) recv[i] = first;
   const int k = group_size(comm);
-  comm_counters().add(axes, Collective::exscan, me + 1 < k ? n * std::int64_t{sizeof(T)} : 0);
+  counted(span, axes, Collective::exscan, me + 1 < k ? n * std::int64_t{sizeof(T)} : 0);
 }
 
 }  // namespace gshard::detail

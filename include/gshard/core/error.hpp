@@ -4,21 +4,13 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
+
+#include "trace.hpp"
 
 namespace gshard {
 
 namespace detail {
-
-/// The user's source line for errors raised now (set by detail::UserSite).
-struct UserSiteState {
-  const char* file = nullptr;
-  std::uint_least32_t line = 0;
-};
-
-inline UserSiteState& user_site_state() noexcept {
-  thread_local UserSiteState state;
-  return state;
-}
 
 /// Whether a source file is one of the library's headers (".../gshard/<layer>/<name>.hpp").
 inline bool library_file(std::string_view file) noexcept {
@@ -40,21 +32,26 @@ class UserSite {
  public:
   /// From a std::source_location (a template, so this header needs no <source_location>: the
   /// fuzz targets build it with a clang whose library lacks it).
+  /// `op` names the call in traces (io/trace.hpp): each named call, nested ones too, is an "op"
+  /// event there.
   template <class Location>
-  explicit UserSite(const Location& where) noexcept
-      : UserSite(where.file_name(), static_cast<std::uint_least32_t>(where.line())) {}
-  UserSite(const char* file, std::uint_least32_t line) noexcept
-      : outer_(user_site_state().file == nullptr && line != 0 && !library_file(file)) {
+  explicit UserSite(const Location& where, const char* op = nullptr) noexcept
+      : UserSite(where.file_name(), static_cast<std::uint_least32_t>(where.line()), op) {}
+  UserSite(const char* file, std::uint_least32_t line, const char* op = nullptr) noexcept
+      : outer_(user_site_state().file == nullptr && line != 0 && !library_file(file)),
+        op_(op, file, line) {
     if (outer_) user_site_state() = {file, line};
   }
   UserSite(const UserSite&) = delete;
   UserSite& operator=(const UserSite&) = delete;
   ~UserSite() {
+    op_.end();  // while the user's line is still set
     if (outer_) user_site_state() = {};
   }
 
  private:
   bool outer_;
+  TraceOp op_;
 };
 
 }  // namespace detail

@@ -308,7 +308,7 @@ class Map {
 
   detail::RuntimeTensor<value_type> runtime() const {
     if (s_->value) return *s_->value;
-    const detail::UserSite site(s_->where);
+    const detail::UserSite site(s_->where, "elementwise");
     static_assert(strict_ok<layout>());
     const mesh_type& m = mesh();
     detail::FuseContext<mesh_type> ctx{m, layout, shape(), Op::name, {}, {}, {}, {}};

@@ -219,8 +219,18 @@ Target evaluate_as(const E& e) {
   }
 }
 
+/// evaluate_as at the user's line `where` (errors and traces name it).
+template <class Target, class E>
+Target evaluate_at(const E& e, std::source_location where, const char* op) {
+  const detail::UserSite site(where, op);
+  return evaluate_as<Target>(e);
+}
+
 /// reshard<Target>(expr): evaluates a lazy expression into Target's layout. Collective.
 template <class Target, Expression E>
-requires(E::is_lazy) Target reshard(const E& e) { return evaluate_as<Target>(e); }
+requires(E::is_lazy) Target
+    reshard(const E& e, std::source_location where = std::source_location::current()) {
+  return evaluate_at<Target>(e, where, "reshard");
+}
 
 }  // namespace gshard

@@ -19,7 +19,7 @@ namespace gshard::io {
 template <class S>
 void save_npy(const std::string& path, const S& tensor,
               std::source_location where = std::source_location::current()) {
-  const gshard::detail::UserSite site(where);
+  const gshard::detail::UserSite site(where, "save_npy");
   using T = typename S::value_type;
   const std::string header = make_npy_header(npy_descr<T>(), tensor.shape());
   detail::MpiFile file(tensor.mesh().comm(), path, MPI_MODE_CREATE | MPI_MODE_WRONLY, "save_npy");
@@ -42,7 +42,7 @@ inline NpyHeader read_npy_header(const detail::MpiFile& file) {
 template <class S>
 void load_npy_into(const std::string& path, S& tensor,
                    std::source_location where = std::source_location::current()) {
-  const gshard::detail::UserSite site(where);
+  const gshard::detail::UserSite site(where, "load_npy_into");
   using T = typename S::value_type;
   detail::MpiFile file(tensor.mesh().comm(), path, MPI_MODE_RDONLY, "load_npy");
   const NpyHeader h = read_npy_header(file);
@@ -61,7 +61,7 @@ void load_npy_into(const std::string& path, S& tensor,
 template <class S>
 [[nodiscard]] S load_npy(const typename S::mesh_type& mesh, const std::string& path,
                          std::source_location where = std::source_location::current()) {
-  const gshard::detail::UserSite site(where);
+  const gshard::detail::UserSite site(where, "load_npy");
   std::vector<std::int64_t> shape;
   {
     detail::MpiFile file(mesh.comm(), path, MPI_MODE_RDONLY, "load_npy");

@@ -111,7 +111,7 @@ class SafetensorsWriter {
   /// unchanged.
   void write(const std::string& path,
              std::source_location where = std::source_location::current()) const {
-    const gshard::detail::UserSite site(where);
+    const gshard::detail::UserSite site(where, "SafetensorsWriter::write");
     const std::string op = "write_safetensors";
     std::map<std::string, std::string> metadata = metadata_;
     std::vector<SafetensorsEntry> entries;
@@ -200,7 +200,7 @@ class SafetensorsReader {
   template <class S>
   void read_into(std::string_view name, S& tensor,
                  std::source_location where = std::source_location::current()) const {
-    const gshard::detail::UserSite site(where);
+    const gshard::detail::UserSite site(where, "SafetensorsReader::read_into");
     using T = typename S::value_type;
     const std::string op = "read_safetensors";
     const SafetensorsEntry& e = entry(name);
@@ -226,7 +226,7 @@ class SafetensorsReader {
   template <class S>
   [[nodiscard]] S read(const typename S::mesh_type& mesh, std::string_view name,
                        std::source_location where = std::source_location::current()) const {
-    const gshard::detail::UserSite site(where);
+    const gshard::detail::UserSite site(where, "SafetensorsReader::read");
     const auto& e = entry(name);
     if (static_cast<int>(e.shape.size()) != S::rank)
       throw Error("read_safetensors",

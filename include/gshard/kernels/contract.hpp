@@ -310,6 +310,12 @@ template <class T>
 GemmShape contract(const T* a, const LocalBlock& la, const T* b, const LocalBlock& lb, T* out,
                    const LocalBlock& lo) {
   const ContractPlan p = contract_plan(la, b == nullptr ? nullptr : &lb, lo);
+  TraceSpan span("kernel", "contract");
+  if (span.on())
+    span.set_detail(la.labels + (b == nullptr ? "" : "," + lb.labels) + "->" + lo.labels +
+                    " (GEMM batch " + std::to_string(p.shape.batch) + ", m " +
+                    std::to_string(p.shape.m) + ", n " + std::to_string(p.shape.n) + ", k " +
+                    std::to_string(p.shape.k) + ")");
   // Labels only one operand has and the output drops: sum them out first.
   auto reduce = [](const T* data, const LocalBlock& l, const LocalBlock& kept,
                    Kokkos::View<T*>& storage) -> const T* {

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "../core/layout.hpp"
+#include "../core/trace.hpp"
 #include "math.hpp"
 
 namespace gshard {
@@ -313,6 +314,7 @@ struct FusedBlock {
 /// out = ev over the whole padded block: ONE kernel launch, zeros in the padding.
 template <class T, class Ev>
 void run_fused(const Ev& ev, T* out, const FusedBlock& g) {
+  TraceSpan span("kernel", "fused elementwise");
   const int r = g.rank;
   const std::int64_t last = r > 0 ? g.extent[r - 1] : 1;
   const std::int64_t last_valid = r > 0 ? g.valid[r - 1] : 1;

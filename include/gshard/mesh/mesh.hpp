@@ -96,7 +96,7 @@ class Mesh {
   /// application's) as a grid of `sizes`. Collective over `comm`.
   Mesh(MPI_Comm comm, std::initializer_list<int> sizes,
        std::source_location where = std::source_location::current()) {
-    const detail::UserSite site(where);
+    const detail::UserSite site(where, "Mesh");
     int comm_size = 0;
     MPI_Comm_size(comm, &comm_size);
     if (static_cast<int>(sizes.size()) != axis_count)

@@ -156,7 +156,7 @@ double global_norm(std::tuple<G&...> grads) {
 template <class... G>
 double clip_by_global_norm(std::tuple<G&...> grads, double max_norm,
                            std::source_location where = std::source_location::current()) {
-  const gshard::detail::UserSite site(where);
+  const gshard::detail::UserSite site(where, "clip_by_global_norm");
   if (!(max_norm > 0))
     throw Error("clip_by_global_norm",
                 "max_norm is " + std::to_string(max_norm) + "; it must be positive");

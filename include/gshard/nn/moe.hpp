@@ -232,7 +232,7 @@ Routing<T> route(const Kokkos::View<T*>& gates, const Kokkos::View<T*>& u, std::
 template <class X, class Wg, class Wi, class Wo>
 auto moe(const X& x, const Wg& wg, const Wi& wi, const Wo& wo, const MoeOptions& opt = {},
          std::source_location where = std::source_location::current()) {
-  const gshard::detail::UserSite site(where);
+  const gshard::detail::UserSite site(where, "nn::moe");
   using T = typename X::value_type;
   using MeshT = typename X::mesh_type;
   static_assert(

@@ -385,7 +385,7 @@ class Sgd {
   template <class... P, class... G>
   void step(std::tuple<P&...> params, std::tuple<G&...> grads,
             std::source_location where = std::source_location::current()) {
-    const gshard::detail::UserSite site(where);
+    const gshard::detail::UserSite site(where, "optimizer step");
     const double mu = options_.momentum;
     const bool nesterov = options_.nesterov;
     const double wd = options_.weight_decay;
@@ -424,7 +424,7 @@ class Sgd {
   void save(io::SafetensorsWriter& w, std::tuple<P&...> params,
             const std::string& prefix = "optimizer.",
             std::source_location where = std::source_location::current()) {
-    const gshard::detail::UserSite site(where);
+    const gshard::detail::UserSite site(where, "optimizer save");
     detail::save_state<detail::SgdState>("Sgd", driver_, w, params, prefix);
   }
   /// Restores what save() wrote, onto `params`' mesh and layouts (any mesh may have saved it).
@@ -432,7 +432,7 @@ class Sgd {
   void load(const io::SafetensorsReader& r, std::tuple<P&...> params,
             const std::string& prefix = "optimizer.",
             std::source_location where = std::source_location::current()) {
-    const gshard::detail::UserSite site(where);
+    const gshard::detail::UserSite site(where, "optimizer load");
     detail::load_state<detail::SgdState>("Sgd", driver_, r, params, prefix,
                                          [this](const auto& p) { return make_state(p); });
   }
@@ -465,7 +465,7 @@ class Adam {
   template <class... P, class... G>
   void step(std::tuple<P&...> params, std::tuple<G&...> grads,
             std::source_location where = std::source_location::current()) {
-    const gshard::detail::UserSite site(where);
+    const gshard::detail::UserSite site(where, "optimizer step");
     const std::int64_t t_next = driver_.steps() + 1;
     const double lr = options_.learning_rate(t_next);
     detail::check_rate("Adam", lr, t_next);
@@ -510,7 +510,7 @@ class Adam {
   void save(io::SafetensorsWriter& w, std::tuple<P&...> params,
             const std::string& prefix = "optimizer.",
             std::source_location where = std::source_location::current()) {
-    const gshard::detail::UserSite site(where);
+    const gshard::detail::UserSite site(where, "optimizer save");
     detail::save_state<detail::AdamState>("Adam", driver_, w, params, prefix);
   }
   /// Restores what save() wrote, onto `params`' mesh and layouts (any mesh may have saved it).
@@ -518,7 +518,7 @@ class Adam {
   void load(const io::SafetensorsReader& r, std::tuple<P&...> params,
             const std::string& prefix = "optimizer.",
             std::source_location where = std::source_location::current()) {
-    const gshard::detail::UserSite site(where);
+    const gshard::detail::UserSite site(where, "optimizer load");
     detail::load_state<detail::AdamState>("Adam", driver_, r, params, prefix,
                                           [this](const auto& p) { return make_state(p); });
   }
@@ -569,7 +569,7 @@ class Adafactor {
   template <class... P, class... G>
   void step(std::tuple<P&...> params, std::tuple<G&...> grads,
             std::source_location where = std::source_location::current()) {
-    const gshard::detail::UserSite site(where);
+    const gshard::detail::UserSite site(where, "optimizer step");
     const std::int64_t t_next = driver_.steps() + 1;
     const double t = static_cast<double>(t_next);
     const double base_lr = options_.learning_rate ? (*options_.learning_rate)(t_next)
@@ -591,7 +591,7 @@ class Adafactor {
   void save(io::SafetensorsWriter& w, std::tuple<P&...> params,
             const std::string& prefix = "optimizer.",
             std::source_location where = std::source_location::current()) {
-    const gshard::detail::UserSite site(where);
+    const gshard::detail::UserSite site(where, "optimizer save");
     detail::save_state<detail::AdafactorState>("Adafactor", driver_, w, params, prefix);
   }
   /// Restores what save() wrote, onto `params`' mesh and layouts (any mesh may have saved it).
@@ -599,7 +599,7 @@ class Adafactor {
   void load(const io::SafetensorsReader& r, std::tuple<P&...> params,
             const std::string& prefix = "optimizer.",
             std::source_location where = std::source_location::current()) {
-    const gshard::detail::UserSite site(where);
+    const gshard::detail::UserSite site(where, "optimizer load");
     detail::load_state<detail::AdafactorState>("Adafactor", driver_, r, params, prefix,
                                                [this](const auto& p) { return make_state(p); });
   }

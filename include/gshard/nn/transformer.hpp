@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <optional>
+#include <source_location>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -288,7 +289,9 @@ struct TransformerLM {
   /// `seed` varies the routers' randomness (second-expert policy, jitter): pass the step.
   template <class Ids>
   X hidden(const Ids& tokens, std::uint64_t seed, std::optional<Scalar>* aux_sum,
-           std::optional<Scalar>* z_sum, TransformerStats* stats) const {
+           std::optional<Scalar>* z_sum, TransformerStats* stats,
+           std::source_location where = std::source_location::current()) const {
+    const gshard::detail::UserSite site(where, "TransformerLM::hidden");
     const auto& c = config;
     const MeshT& mesh = embed.mesh();
     const std::int64_t s = tokens.shape()[1];
@@ -346,7 +349,9 @@ struct TransformerLM {
 
   /// Logits "B S V" for tokens "B S" (int32 or int64, B over data*expert).
   template <class Ids>
-  auto logits(const Ids& tokens, std::uint64_t seed = 0) const {
+  auto logits(const Ids& tokens, std::uint64_t seed = 0,
+              std::source_location where = std::source_location::current()) const {
+    const gshard::detail::UserSite site(where, "TransformerLM::logits");
     std::optional<Scalar> aux, z;
     return project(hidden(tokens, seed, &aux, &z, nullptr));
   }
@@ -354,8 +359,9 @@ struct TransformerLM {
   /// The loss of predicting targets "B S" from tokens "B S" (both int, laid out like Tokens).
   /// Collective over the mesh.
   template <class Ids, class Targets>
-  TransformerLoss<Scalar> loss(const Ids& tokens, const Targets& targets,
-                               std::uint64_t seed = 0) const {
+  TransformerLoss<Scalar> loss(const Ids& tokens, const Targets& targets, std::uint64_t seed = 0,
+                               std::source_location where = std::source_location::current()) const {
+    const gshard::detail::UserSite site(where, "TransformerLM::loss");
     if (tokens.shape() != targets.shape())
       throw Error("TransformerLM::loss",
                   "tokens \"" + std::string(Ids::spec.view()) + "\" of global shape " +

@@ -1366,7 +1366,7 @@ auto pool_typed(const X& x, const PoolOptions& opt) {
 template <fixed_string Spec, Expression X, Expression W>
 auto conv(const X& x, const W& w, const ConvOptions& options = {},
           std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "conv");
   return detail::conv_typed<"conv", Spec, 0>(x, w, options);
 }
 /// conv with exactly one spatial label: conv1d<"L:K C->O">.
@@ -1385,7 +1385,7 @@ auto conv2d(const X& x, const W& w, const ConvOptions& options = {}) {
 template <fixed_string Spec, Expression X>
 auto max_pool(const X& x, const PoolOptions& options,
               std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "max_pool");
   return detail::pool_typed<"max_pool", Spec, detail::PoolKind::max>(x, options);
 }
 /// avg_pool<"HW">(x, {.window = {2, 2}}): the mean over each window; linear, so pending partial
@@ -1393,7 +1393,7 @@ auto max_pool(const X& x, const PoolOptions& options,
 template <fixed_string Spec, Expression X>
 auto avg_pool(const X& x, const PoolOptions& options,
               std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "avg_pool");
   return detail::pool_typed<"avg_pool", Spec, detail::PoolKind::avg>(x, options);
 }
 

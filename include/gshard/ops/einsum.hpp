@@ -144,7 +144,7 @@ class EinsumExpr {
 
   detail::RuntimeTensor<value_type> runtime() const {
     if (s_->value) return *s_->value;
-    const detail::UserSite site(s_->where);
+    const detail::UserSite site(s_->where, "einsum");
     const std::string op = std::string("einsum \"").append(Einsum.view()).append("\"");
     const auto a = detail::materialise_as(std::get<0>(s_->operands), rules.operands[0], op);
     const mesh_type& m = mesh();

@@ -961,7 +961,7 @@ constexpr bool check_scatter_along() {
 template <fixed_string Label, Expression Table, Expression Indices>
 auto take(const Table& table, const Indices& indices,
           std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "take");
   if constexpr (!detail::check_take<Label, Table, Indices>()) {
     return 0;
   } else {
@@ -1001,7 +1001,7 @@ auto take(const Table& table, const Indices& indices,
 template <fixed_string Label, Expression Table, Expression Indices>
 auto embedding(const Table& table, const Indices& ids,
                std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "embedding");
   return take<Label>(table, ids, where);
 }
 
@@ -1011,7 +1011,7 @@ auto embedding(const Table& table, const Indices& ids,
 template <fixed_string Label, Expression Values, Expression Indices>
 auto scatter_add(const Values& values, const Indices& indices, std::int64_t n,
                  std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "scatter_add");
   if constexpr (!detail::check_scatter<Label, Values, Indices>()) {
     return 0;
   } else {
@@ -1052,7 +1052,7 @@ auto scatter_add(const Values& values, const Indices& indices, std::int64_t n,
 template <fixed_string Label, Expression Table, Expression Indices>
 auto take_along(const Table& table, const Indices& indices, Bounds bounds = Bounds::checked,
                 std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "take_along");
   if constexpr (!detail::check_take_along<Label, Table, Indices>()) {
     return 0;
   } else {
@@ -1096,7 +1096,7 @@ template <fixed_string Label, fixed_string Batch = "", Expression Values, Expres
 auto scatter_add_along(const Values& values, const Indices& indices, std::int64_t n,
                        Bounds bounds = Bounds::checked,
                        std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "scatter_add_along");
   if constexpr (!detail::check_scatter_along<Label, Batch, Values, Indices>()) {
     return 0;
   } else {

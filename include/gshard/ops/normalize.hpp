@@ -466,27 +466,27 @@ auto normalize_typed(double eps, const E& x, const P&... params) {
 /// exp(x - max) / sum(exp(x - max)) over the label; split label: AllReduce max, AllReduce sum.
 template <fixed_string Label, Expression E>
 auto softmax(const E& x, std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "softmax");
   return detail::normalize_typed<detail::Normalization::softmax, "softmax", Label>(0.0, x);
 }
 /// x - max - log(sum(exp(x - max))) over the label; the same two AllReduces as softmax.
 template <fixed_string Label, Expression E>
 auto log_softmax(const E& x, std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "log_softmax");
   return detail::normalize_typed<detail::Normalization::log_softmax, "log_softmax", Label>(0.0, x);
 }
 /// (x - mean) / sqrt(var + eps) over the label (biased variance); split label: two AllReduces.
 template <fixed_string Label, Expression E>
 auto layer_norm(const E& x, double eps = 1e-5,
                 std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "layer_norm");
   return detail::normalize_typed<detail::Normalization::layer_norm, "layer_norm", Label>(eps, x);
 }
 /// layer_norm times a gain over the label.
 template <fixed_string Label, Expression E, Expression G>
 auto layer_norm(const E& x, const G& gain, double eps = 1e-5,
                 std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "layer_norm");
   return detail::normalize_typed<detail::Normalization::layer_norm, "layer_norm", Label>(eps, x,
                                                                                          gain);
 }
@@ -494,7 +494,7 @@ auto layer_norm(const E& x, const G& gain, double eps = 1e-5,
 template <fixed_string Label, Expression E, Expression G, Expression B>
 auto layer_norm(const E& x, const G& gain, const B& bias, double eps = 1e-5,
                 std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "layer_norm");
   return detail::normalize_typed<detail::Normalization::layer_norm, "layer_norm", Label>(
       eps, x, gain, bias);
 }
@@ -502,14 +502,14 @@ auto layer_norm(const E& x, const G& gain, const B& bias, double eps = 1e-5,
 template <fixed_string Label, Expression E>
 auto rms_norm(const E& x, double eps = 1e-6,
               std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "rms_norm");
   return detail::normalize_typed<detail::Normalization::rms_norm, "rms_norm", Label>(eps, x);
 }
 /// rms_norm times a gain over the label.
 template <fixed_string Label, Expression E, Expression G>
 auto rms_norm(const E& x, const G& gain, double eps = 1e-6,
               std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "rms_norm");
   return detail::normalize_typed<detail::Normalization::rms_norm, "rms_norm", Label>(eps, x, gain);
 }
 

@@ -177,7 +177,7 @@ using unpartial_result = Sharded<typename E::value_type, typename E::mesh_type,
 template <Expression E>
 auto dropout(const E& x, double rate, std::uint64_t seed,
              std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "dropout");
   if constexpr (!detail::check_floating<"dropout", E>()) {
     return 0;
   } else {
@@ -201,7 +201,7 @@ template <Expression E>
 auto uniform_noise(const E& x, typename E::value_type low, typename E::value_type high,
                    std::uint64_t seed,
                    std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "uniform_noise");
   if constexpr (!detail::check_floating<"uniform_noise", E>()) {
     return 0;
   } else {

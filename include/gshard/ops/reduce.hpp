@@ -104,10 +104,10 @@ constexpr ReduceLabelCheck check_reduce_labels(std::string_view labels, const La
 constexpr Layout reduce_layout(const Layout& in, std::string_view labels, bool linear) {
   Layout out{};
   for (int d = 0; d < in.rank; ++d)
-    if (labels.find(in.dims[d].label) == std::string_view::npos) out.dims[out.rank++] = in.dims[d];
+    if (!has_label(labels, in.dims[d].label)) out.dims[out.rank++] = in.dims[d];
   if (linear) {
     for (int d = 0; d < in.rank; ++d)
-      if (labels.find(in.dims[d].label) != std::string_view::npos)
+      if (has_label(labels, in.dims[d].label))
         for (int i = 0; i < in.dims[d].axis_count; ++i)
           out.partial[out.partial_count++] = in.dims[d].axes[i];
     for (int i = 0; i < in.partial_count; ++i) out.partial[out.partial_count++] = in.partial[i];
@@ -119,7 +119,7 @@ constexpr Layout reduce_layout(const Layout& in, std::string_view labels, bool l
 constexpr unsigned reduced_axes(const Layout& in, std::string_view labels) {
   unsigned mask = 0;
   for (int d = 0; d < in.rank; ++d)
-    if (labels.find(in.dims[d].label) != std::string_view::npos) mask |= axes_of(in.dims[d]);
+    if (has_label(labels, in.dims[d].label)) mask |= axes_of(in.dims[d]);
   return mask;
 }
 
@@ -557,50 +557,50 @@ auto reduce_typed(const E& x) {
 /// Sum over the labels: partial over their axes (no communication); pending sums stay pending.
 template <fixed_string Labels, Expression E>
 auto sum(const E& x, std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "sum");
   return detail::reduce_typed<detail::Reduction::sum, "sum", Labels>(x);
 }
 /// Mean over the labels (the sum divided by their global sizes): partial like sum.
 template <fixed_string Labels, Expression E>
 auto mean(const E& x, std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "mean");
   return detail::reduce_typed<detail::Reduction::mean, "mean", Labels>(x);
 }
 /// Maximum over the labels; over a split label one AllReduce (max) of the result's block.
 template <fixed_string Labels, Expression E>
 auto max(const E& x, std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "max");
   return detail::reduce_typed<detail::Reduction::max, "max", Labels>(x);
 }
 /// Minimum over the labels; over a split label one AllReduce (min).
 template <fixed_string Labels, Expression E>
 auto min(const E& x, std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "min");
   return detail::reduce_typed<detail::Reduction::min, "min", Labels>(x);
 }
 /// The global index (int64) of the maximum: row-major over the labels in the order written;
 /// the smallest on ties. Over a split label: AllReduce max of values, AllReduce min of indices.
 template <fixed_string Labels, Expression E>
 auto argmax(const E& x, std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "argmax");
   return detail::reduce_typed<detail::Reduction::argmax, "argmax", Labels>(x);
 }
 /// As argmax, for the minimum.
 template <fixed_string Labels, Expression E>
 auto argmin(const E& x, std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "argmin");
   return detail::reduce_typed<detail::Reduction::argmin, "argmin", Labels>(x);
 }
 /// log(sum(exp(x))), stable: AllReduce max, then AllReduce sum of exp(x - max).
 template <fixed_string Labels, Expression E>
 auto logsumexp(const E& x, std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "logsumexp");
   return detail::reduce_typed<detail::Reduction::logsumexp, "logsumexp", Labels>(x);
 }
 /// The L2 norm: AllReduce sum of squares, then sqrt.
 template <fixed_string Labels, Expression E>
 auto norm(const E& x, std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "norm");
   return detail::reduce_typed<detail::Reduction::norm, "norm", Labels>(x);
 }
 

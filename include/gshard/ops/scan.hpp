@@ -225,7 +225,7 @@ scan_result_t<E> cumsum_typed(const E& x, bool exclusive) {
 /// when Label is split: one ExScan of the shard totals along Label's axes.
 template <fixed_string Label, Expression E>
 auto cumsum(const E& x, std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "cumsum");
   if constexpr (!detail::check_scan_label<Label, E>())
     return 0;
   else
@@ -235,7 +235,7 @@ auto cumsum(const E& x, std::source_location where = std::source_location::curre
 /// Exclusive cumulative sum along Label: out[.., i, ..] = sum of x[.., j, ..] for j < i.
 template <fixed_string Label, Expression E>
 auto exclusive_cumsum(const E& x, std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "exclusive_cumsum");
   if constexpr (!detail::check_scan_label<Label, E>())
     return 0;
   else

@@ -88,7 +88,7 @@ constexpr Layout merge_layout(const Layout& in, std::string_view labels, char me
   out.partial = in.partial;
   bool placed = false;
   for (int d = 0; d < in.rank; ++d) {
-    if (labels.find(in.dims[d].label) == std::string_view::npos) {
+    if (!has_label(labels, in.dims[d].label)) {
       out.dims[out.rank++] = in.dims[d];
       continue;
     }
@@ -220,8 +220,7 @@ constexpr bool check_merge() {
     return sizeof(shape_error::label_not_in_operand<what, X::spec>) == 0;
   } else if constexpr (Merged.size() != 1) {
     return sizeof(shape_error::give_exactly_one_label<Merged>) == 0;
-  } else if constexpr (X::layout.find(Merged.data[0]) >= 0 &&
-                       labels.find(Merged.data[0]) == std::string_view::npos) {
+  } else if constexpr (X::layout.find(Merged.data[0]) >= 0 && !has_label(labels, Merged.data[0])) {
     return sizeof(shape_error::new_label_already_in_operand<Merged, X::spec>) == 0;
   } else {
     return true;
@@ -834,7 +833,7 @@ RuntimeTensor<T> concat_cotangent(const RuntimeTensor<T>& g, const Layout& opera
 /// Collective over the mesh.
 template <fixed_string Labels, fixed_string Merged, Expression X>
 auto merge(const X& x, std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "merge");
   if constexpr (!detail::check_merge<Labels, Merged, X>()) {
     return 0;
   } else {
@@ -866,7 +865,7 @@ auto merge(const X& x, std::source_location where = std::source_location::curren
 template <fixed_string Label, fixed_string Into, Expression X>
 auto split(const X& x, const Shape& sizes,
            std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "split");
   if constexpr (!detail::check_split<Label, Into, X>()) {
     return 0;
   } else {
@@ -893,7 +892,7 @@ auto split(const X& x, const Shape& sizes,
 template <fixed_string Label, Expression X>
 auto slice(const X& x, std::int64_t begin, std::int64_t end,
            std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "slice");
   if constexpr (!detail::check_one_label<Label, X>()) {
     return 0;
   } else {
@@ -921,7 +920,7 @@ template <fixed_string Label, Expression X>
 auto pad(const X& x, std::int64_t before, std::int64_t after,
          typename X::value_type value = typename X::value_type{},
          std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "pad");
   if constexpr (!detail::check_one_label<Label, X>()) {
     return 0;
   } else {

@@ -377,7 +377,7 @@ constexpr bool check_one_hot() {
 template <fixed_string Label, fixed_string NewLabel, Expression E>
 auto top_k(const E& x, std::int64_t k,
            std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "top_k");
   if constexpr (!detail::check_top_k<Label, NewLabel, E>()) {
     return 0;
   } else {
@@ -414,7 +414,7 @@ auto top_k(const E& x, std::int64_t k,
 template <fixed_string NewLabel, class V = float, Expression E>
 auto one_hot(const E& indices, std::int64_t size,
              std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "one_hot");
   if constexpr (!detail::check_one_hot<NewLabel, E>()) {
     return 0;
   } else {

@@ -164,6 +164,12 @@ class ReshardExecutor {
   /// Runs every step; the last one writes into `final_out` when given (its size must be the
   /// target's local size), so a caller can reuse a tensor's storage.
   Kokkos::View<T*> run(Kokkos::View<T*> data, Kokkos::View<T*> final_out = {}) const {
+    const TraceContext context([&] {
+      std::array<std::string_view, max_axes> names{};
+      for (std::size_t i = 0; i < plan_.axis_names.size(); ++i) names[i] = plan_.axis_names[i];
+      return "reshard \"" + layout_string(plan_.source, names) + "\" -> \"" +
+             layout_string(plan_.target, names) + "\" " + shape_string(plan_.shape);
+    });
     for (std::size_t i = 0; i < plan_.steps.size(); ++i) {
       out_ = i + 1 == plan_.steps.size() ? final_out : Kokkos::View<T*>();
       data = run_step(plan_.steps[i], data);
@@ -221,11 +227,12 @@ class ReshardExecutor {
     MpiAccess<T> dst(out, false);
     const int k = group_size_of(s.axes, mesh_.sizes);
     const std::int64_t n = static_cast<std::int64_t>(in.extent(0));
+    TraceSpan span("collective", "AllReduce");
     check_mpi(MPI_Allreduce(src.data(), dst.data(), mpi_count(n, "AllReduce"), mpi_type<T>(),
                             mpi_op(op_), group(s.axes)),
               "AllReduce");
-    comm_counters().add(axes(s.axes), Collective::all_reduce,
-                        2 * (k - 1) * n * std::int64_t{sizeof(T)} / k);
+    counted(span, axes(s.axes), Collective::all_reduce,
+            2 * (k - 1) * n * std::int64_t{sizeof(T)} / k);
     dst.copy_out();
     return out;
   }
@@ -505,7 +512,7 @@ ReshardPlan plan_reshard(const Sharded<T, MeshT, Spec>& source) {
 /// The value of `source` in Target's layout. Collective over the mesh.
 template <class Target, class T, class MeshT, fixed_string Spec>
 Target reshard(const Sharded<T, MeshT, Spec>& source, std::source_location where) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "reshard");
   const ReshardPlan plan = plan_reshard<Target>(source);
   Shape shape = detail::shape_in(Target::layout, plan.source, source.shape());
   if (plan.steps.empty()) {

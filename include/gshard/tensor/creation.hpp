@@ -88,7 +88,7 @@ template <ShardedType S>
 S from_global(const typename S::mesh_type& mesh, Shape shape,
               std::span<const typename S::value_type> global,
               std::source_location where = std::source_location::current()) {
-  const detail::UserSite site(where);
+  const detail::UserSite site(where, "from_global");
   S out(mesh, std::move(shape));
   // Each rank passes its own vector: agree, so that a rank with the wrong count cannot leave the
   // others waiting in a later collective.

@@ -64,6 +64,8 @@ Target reshard(const Sharded<T, MeshT, Spec>& source,
 
 template <class Target, class E>
 Target evaluate_as(const E& e);  // expr/node.hpp
+template <class Target, class E>
+Target evaluate_at(const E& e, std::source_location where, const char* op);  // expr/node.hpp
 
 /// A global tensor of element type T over a Mesh, laid out as Spec says (core/layout.hpp).
 ///
@@ -90,7 +92,7 @@ class Sharded {
   Sharded(const MeshT& mesh, Shape global_shape,
           std::source_location where = std::source_location::current())
       : mesh_(mesh), shape_(std::move(global_shape)) {
-    const detail::UserSite site(where);
+    const detail::UserSite site(where, "Sharded");
     check_shape("Sharded");
     data_ = view_type("gshard::Sharded", local_size());
   }
@@ -100,7 +102,7 @@ class Sharded {
   Sharded(const MeshT& mesh, Shape global_shape, view_type local,
           std::source_location where = std::source_location::current())
       : mesh_(mesh), shape_(std::move(global_shape)), data_(std::move(local)) {
-    const detail::UserSite site(where);
+    const detail::UserSite site(where, "Sharded");
     check_shape("Sharded");
     if (static_cast<std::int64_t>(data_.extent(0)) != local_size())
       throw Error("Sharded", "a View of " + std::to_string(data_.extent(0)) +
@@ -120,8 +122,9 @@ class Sharded {
   /// Evaluating a lazy expression (einsum, elementwise ops) into this layout: an annotation, so
   /// the value is resharded when the expression's own layout differs.
   template <Expression E>
-  requires(E::is_lazy) Sharded(const E& e)  // NOLINT: implicit on purpose
-      : Sharded(evaluate_as<Sharded>(e)) {}
+  requires(E::is_lazy) Sharded(const E& e,  // NOLINT: implicit on purpose
+                               std::source_location where = std::source_location::current())
+      : Sharded(evaluate_at<Sharded>(e, where, "Sharded")) {}
 
   GSHARD_EXPRESSION_OPERATORS(Sharded)
 
@@ -202,7 +205,7 @@ class Sharded {
   /// Collective over the mesh.
   [[nodiscard]] std::vector<T> to_global(
       std::source_location where = std::source_location::current()) const {
-    const detail::UserSite site(where);
+    const detail::UserSite site(where, "to_global");
     return assemble(/*root=*/-1);
   }
   /// The whole tensor on `root` only (an empty vector elsewhere). Collective over the mesh.

@@ -1,0 +1,51 @@
+#pragma once
+// What bench_moe and bench_trace time: one forward + backward of the MoE layer on a line of
+// ranks (x "G:x S M", router "M E", experts "E:x M H" / "E:x H M"), and how they summarise.
+#include <mpi.h>
+
+#include <algorithm>
+#include <tuple>
+#include <vector>
+
+#include <gshard/gshard.hpp>
+
+namespace bench {
+
+namespace gs = gshard;
+using Line = gs::Mesh<"x">;
+using X = gs::Sharded<float, Line, "G:x S M">;
+using Wg = gs::Sharded<float, Line, "M E">;
+using Wi = gs::Sharded<float, Line, "E:x M H">;
+using Wo = gs::Sharded<float, Line, "E:x H M">;
+
+inline double now() { return MPI_Wtime(); }
+
+// Max over ranks: a step ends when its slowest rank does.
+inline double max_over_ranks(double t) {
+  MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return t;
+}
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Tracks x and the weights, y = moe(...), loss = sum(y * r) + aux_loss (r fixed and random, so
+// every gradient is dense), grad of the loss with respect to all four; seconds, max over ranks.
+inline double moe_step(X& x, Wg& wg, Wi& wi, Wo& wo, const X& r, const gs::nn::MoeOptions& o) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  const double t0 = now();
+  gs::track(x, wg, wi, wo);
+  const auto out = gs::nn::moe(x, wg, wi, wo, o);
+  const auto loss = gs::sum<"GSM">(out.output * r) + out.aux_loss;
+  auto g = gs::grad(loss, x, wg, wi, wo);
+  gs::untrack(x, wg, wi, wo);
+  // Touch the gradients so nothing is left unevaluated.
+  volatile float sink = std::get<0>(g).local_size() > 0 ? 0.0f : 1.0f;
+  (void)sink;
+  return max_over_ranks(now() - t0);
+}
+
+}  // namespace bench
