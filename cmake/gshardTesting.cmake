@@ -27,6 +27,11 @@ set(GSHARD_MPI_ENVIRONMENT
   OMPI_MCA_btl_vader_single_copy_mechanism=none
   OMPI_MCA_rmaps_base_oversubscribe=1
   OPENBLAS_NUM_THREADS=1)
+# A threaded Kokkos backend (OpenMP) runs GSHARD_TEST_THREADS threads per rank, sleeping rather
+# than spinning at barriers (ranks outnumber cores); Serial ignores these.
+set(GSHARD_TEST_THREADS 2 CACHE STRING "Threads per rank of a threaded Kokkos backend in tests")
+list(APPEND GSHARD_MPI_ENVIRONMENT OMP_NUM_THREADS=${GSHARD_TEST_THREADS} OMP_WAIT_POLICY=PASSIVE
+  OMP_PROC_BIND=false)
 
 execute_process(COMMAND "${MPIEXEC_EXECUTABLE}" --version OUTPUT_VARIABLE _gshard_mpiexec_version
   ERROR_VARIABLE _gshard_mpiexec_version)
@@ -69,7 +74,12 @@ endif()
 # of a compile-fail case's time); a PCH built once cuts that to about 1 s. Two PCHs because test
 # targets and compile-fail cases build with different flags (warnings); a case that defines
 # GSHARD_STRICT itself must parse the library after its #define, so it takes none.
-option(GSHARD_TEST_PCH "Build gshard's tests with precompiled headers" ON)
+# nvcc (through Kokkos' nvcc_wrapper) cannot use a host compiler's PCH: off under a CUDA Kokkos.
+set(_gshard_pch_default ON)
+if(Kokkos_ENABLE_CUDA OR CMAKE_CXX_COMPILER MATCHES "nvcc")
+  set(_gshard_pch_default OFF)
+endif()
+option(GSHARD_TEST_PCH "Build gshard's tests with precompiled headers" ${_gshard_pch_default})
 if(GSHARD_TEST_PCH)
   add_library(gshard_test_pch OBJECT "${PROJECT_SOURCE_DIR}/tests/support/pch_anchor.cpp")
   target_link_libraries(gshard_test_pch PRIVATE gshard_test_main gshard_warnings)

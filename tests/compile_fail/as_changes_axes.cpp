@@ -1,4 +1,4 @@
-// expect-error: renamed_layout_must_keep_axes<gshard::fixed_string<11>{"G:data S M"}, gshard::fixed_string<13>{"A:expert B C"}>
+// expect-error: renamed_layout_must_keep_axes<gshard::literal<11>{"G:data S M"}, gshard::literal<13>{"A:expert B C"}>
 // .as<"A:expert B C">() on "G:data S M" renames labels but also moves G from data to expert.
 #include <gshard/gshard.hpp>
 

@@ -1,4 +1,4 @@
-// expect-error: labels_differ_between_layouts<gshard::fixed_string<6>{"G S M"}, gshard::fixed_string<4>{"A B"}>
+// expect-error: labels_differ_between_layouts<gshard::literal<6>{"G S M"}, gshard::literal<4>{"A B"}>
 // Assignment reshards, so it too needs the same labels: "A B" from "G S M".
 #include <gshard/gshard.hpp>
 

@@ -1,4 +1,4 @@
-// expect-error: label_repeated_in_einsum_term<gshard::fixed_string<2>{"S"}
+// expect-error: label_repeated_in_einsum_term<gshard::literal<2>{"S"}
 // A label twice in one operand (no diagonals).
 #include <gshard/gshard.hpp>
 

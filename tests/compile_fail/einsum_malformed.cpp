@@ -1,4 +1,4 @@
-// expect-error: malformed_einsum<gshard::fixed_string<13>{"GSM;EMH-EGSH"}
+// expect-error: malformed_einsum<gshard::literal<13>{"GSM;EMH-EGSH"}
 // An einsum without "->".
 #include <gshard/gshard.hpp>
 

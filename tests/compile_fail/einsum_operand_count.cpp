@@ -1,4 +1,4 @@
-// expect-error: wrong_operand_count<gshard::fixed_string<8>{"GSM->GS"}>
+// expect-error: wrong_operand_count<gshard::literal<8>{"GSM->GS"}>
 // A unary spec given two operands.
 #include <gshard/gshard.hpp>
 

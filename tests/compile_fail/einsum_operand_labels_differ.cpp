@@ -1,4 +1,4 @@
-// expect-error: operand_labels_differ_from_its_spec<gshard::fixed_string<4>{"GTM"}, gshard::fixed_string<11>{"G:data S M"}>
+// expect-error: operand_labels_differ_from_its_spec<gshard::literal<4>{"GTM"}, gshard::literal<11>{"G:data S M"}>
 // The first operand is "G:data S M" but the einsum calls its labels GTM.
 #include <gshard/gshard.hpp>
 

@@ -1,4 +1,4 @@
-// expect-error: output_label_in_no_operand<gshard::fixed_string<2>{"Q"}
+// expect-error: output_label_in_no_operand<gshard::literal<2>{"Q"}
 // An output label that no operand has.
 #include <gshard/gshard.hpp>
 

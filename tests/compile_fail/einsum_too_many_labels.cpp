@@ -1,4 +1,4 @@
-// expect-error: more_than_8_labels_in_einsum_term<gshard::fixed_string<10>{"ABCDEFGHI"}
+// expect-error: more_than_8_labels_in_einsum_term<gshard::literal<10>{"ABCDEFGHI"}
 // An output of 9 labels: tensors have at most 8 dimensions.
 #include <gshard/gshard.hpp>
 

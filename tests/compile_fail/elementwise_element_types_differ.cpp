@@ -1,4 +1,4 @@
-// expect-error: operands_differ_in_element_type<gshard::fixed_string<4>{"mul"}>
+// expect-error: operands_differ_in_element_type<gshard::literal<4>{"mul"}>
 // float and double tensors do not mix silently: cast one of them.
 #include <gshard/gshard.hpp>
 

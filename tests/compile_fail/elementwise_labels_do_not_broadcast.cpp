@@ -1,4 +1,4 @@
-// expect-error: operand_labels_do_not_broadcast<gshard::fixed_string<4>{"add"}, gshard::fixed_string<4>{"G T"}, gshard::fixed_string<11>{"G:data S M"}>
+// expect-error: operand_labels_do_not_broadcast<gshard::literal<4>{"add"}, gshard::literal<4>{"G T"}, gshard::literal<11>{"G:data S M"}>
 // Broadcasting is by label: "G T" is not a subset of "G S M", nor the other way round.
 #include <gshard/gshard.hpp>
 

@@ -1,4 +1,4 @@
-// expect-error: needs_floating_point<gshard::fixed_string<4>{"exp"}>
+// expect-error: needs_floating_point<gshard::literal<4>{"exp"}>
 // exp of an integer tensor: cast to float first.
 #include <gshard/gshard.hpp>
 

@@ -1,4 +1,4 @@
-// expect-error: mesh_axis_name_is_not_an_identifier<gshard::fixed_string<4>{"a b"}>
+// expect-error: mesh_axis_name_is_not_an_identifier<gshard::literal<4>{"a b"}>
 // A mesh axis name with a space in it.
 #include <gshard/gshard.hpp>
 

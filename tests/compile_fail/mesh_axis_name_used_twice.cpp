@@ -1,4 +1,4 @@
-// expect-error: mesh_axis_name_used_twice<gshard::fixed_string<2>{"x"}>
+// expect-error: mesh_axis_name_used_twice<gshard::literal<2>{"x"}>
 // Two mesh axes share the name "x".
 #include <gshard/gshard.hpp>
 

@@ -1,4 +1,4 @@
-// expect-error: labels_differ_between_layouts<gshard::fixed_string<6>{"G S M"}, gshard::fixed_string<6>{"G T M"}>
+// expect-error: labels_differ_between_layouts<gshard::literal<6>{"G S M"}, gshard::literal<6>{"G T M"}>
 // reshard to a layout whose labels differ ("G T M" from "G S M"): rename with .as<"...">() first.
 #include <gshard/gshard.hpp>
 

@@ -1,4 +1,4 @@
-// expect-error: dimension_after_partial_axis<gshard::fixed_string<2>{"S"}
+// expect-error: dimension_after_partial_axis<gshard::literal<2>{"S"}
 // A dimension comes after a partial '+axis' piece.
 #include <gshard/gshard.hpp>
 

@@ -1,4 +1,4 @@
-// expect-error: label_used_twice<gshard::fixed_string<2>{"G"}
+// expect-error: label_used_twice<gshard::literal<2>{"G"}
 // Two dimensions share the label G.
 #include <gshard/gshard.hpp>
 

@@ -1,4 +1,4 @@
-// expect-error: malformed_piece<gshard::fixed_string<8>{"G:da-ta"}
+// expect-error: malformed_piece<gshard::literal<8>{"G:da-ta"}
 // An axis name that is not an identifier.
 #include <gshard/gshard.hpp>
 

@@ -1,4 +1,4 @@
-// expect-error: malformed_piece<gshard::fixed_string<2>{"+"}
+// expect-error: malformed_piece<gshard::literal<2>{"+"}
 // A '+' with no axis after it.
 #include <gshard/gshard.hpp>
 

@@ -1,4 +1,4 @@
-// expect-error: malformed_piece<gshard::fixed_string<3>{"G:"}
+// expect-error: malformed_piece<gshard::literal<3>{"G:"}
 // A ':' with no axis after it.
 #include <gshard/gshard.hpp>
 

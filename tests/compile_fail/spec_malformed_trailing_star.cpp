@@ -1,4 +1,4 @@
-// expect-error: malformed_piece<gshard::fixed_string<8>{"G:data*"}
+// expect-error: malformed_piece<gshard::literal<8>{"G:data*"}
 // A '*' with no axis after it.
 #include <gshard/gshard.hpp>
 

@@ -1,4 +1,4 @@
-// expect-error: malformed_piece<gshard::fixed_string<3>{"GS"}
+// expect-error: malformed_piece<gshard::literal<3>{"GS"}
 // A label longer than one letter (a missing space).
 #include <gshard/gshard.hpp>
 

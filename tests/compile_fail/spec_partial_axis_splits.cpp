@@ -1,4 +1,4 @@
-// expect-error: partial_axis_also_splits_a_dimension<gshard::fixed_string<5>{"data"}
+// expect-error: partial_axis_also_splits_a_dimension<gshard::literal<5>{"data"}
 // A partial axis also splits a dimension.
 #include <gshard/gshard.hpp>
 

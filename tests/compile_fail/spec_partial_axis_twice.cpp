@@ -1,4 +1,4 @@
-// expect-error: mesh_axis_used_twice<gshard::fixed_string<5>{"data"}
+// expect-error: mesh_axis_used_twice<gshard::literal<5>{"data"}
 // One mesh axis holds the partial sum twice.
 #include <gshard/gshard.hpp>
 

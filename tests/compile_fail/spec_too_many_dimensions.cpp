@@ -1,4 +1,4 @@
-// expect-error: too_many_dimensions<gshard::fixed_string<2>{"I"}
+// expect-error: too_many_dimensions<gshard::literal<2>{"I"}
 // Nine dimensions; a layout has at most 8.
 #include <gshard/gshard.hpp>
 

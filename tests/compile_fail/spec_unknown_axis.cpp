@@ -1,4 +1,4 @@
-// expect-error: unknown_mesh_axis<gshard::fixed_string<6>{"exprt"}
+// expect-error: unknown_mesh_axis<gshard::literal<6>{"exprt"}
 // A spec names a mesh axis the Mesh does not have (a typo of "expert").
 #include <gshard/gshard.hpp>
 

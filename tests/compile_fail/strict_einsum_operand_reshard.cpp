@@ -1,4 +1,4 @@
-// expect-error: implicit_collective<gshard::fixed_string<10>{"IK,KJ->IJ"}, 0, gshard::fixed_string<6>{"I K:x"}, gshard::fixed_string<4>{"I K"}>
+// expect-error: implicit_collective<gshard::literal<10>{"IK,KJ->IJ"}, 0, gshard::literal<6>{"I K:x"}, gshard::literal<4>{"I K"}>
 // Strict mode: the contracting label K is split over x in a, but x already splits J of the
 // result, so a would be all-gathered implicitly; strict mode asks for an explicit reshard.
 #define GSHARD_STRICT

@@ -1,4 +1,4 @@
-// expect-error: implicit_collective<gshard::fixed_string<4>{"add"}, 1, gshard::fixed_string<6>{"I J:x"}, gshard::fixed_string<6>{"I:x J"}>
+// expect-error: implicit_collective<gshard::literal<4>{"add"}, 1, gshard::literal<6>{"I J:x"}, gshard::literal<6>{"I:x J"}>
 // Strict mode: b splits J over x while the sum takes a's split of I over x: b would be
 // resharded implicitly.
 #define GSHARD_STRICT

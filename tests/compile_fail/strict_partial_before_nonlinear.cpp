@@ -1,4 +1,4 @@
-// expect-error: implicit_collective<gshard::fixed_string<5>{"relu"}, 0, gshard::fixed_string<7>{"I J +y"}, gshard::fixed_string<4>{"I J"}>
+// expect-error: implicit_collective<gshard::literal<5>{"relu"}, 0, gshard::literal<7>{"I J +y"}, gshard::literal<4>{"I J"}>
 // Strict mode: relu of a partial sum needs an implicit AllReduce first.
 #define GSHARD_STRICT
 #include <gshard/gshard.hpp>

@@ -165,7 +165,6 @@ RuntimeTensor<T> converted(const RuntimeTensor<S>& s) {
   Kokkos::parallel_for(
       "gshard::cotangent_cast", Kokkos::RangePolicy<>(0, in.extent(0)),
       KOKKOS_LAMBDA(std::size_t i) { out(i) = static_cast<T>(in(i)); });
-  Kokkos::fence();
   return RuntimeTensor<T>(s.layout, s.shape, out, ReduceOp::sum);
 }
 

@@ -12,38 +12,38 @@ namespace spec_error {
 template <class>
 inline constexpr bool always_false = false;
 
-template <fixed_string Piece, fixed_string Spec>
+template <auto Piece, auto Spec>
 struct malformed_piece {
   static_assert(always_false<malformed_piece>,
                 "gshard layout spec: malformed piece; write 'L', 'L:axis', 'L:a*b' or a trailing "
                 "'+axis' (the piece is the first argument above)");
 };
-template <fixed_string Axis, fixed_string Spec>
+template <auto Axis, auto Spec>
 struct unknown_mesh_axis {
   static_assert(always_false<unknown_mesh_axis>,
                 "gshard layout spec: names a mesh axis that the Mesh does not have");
 };
-template <fixed_string Label, fixed_string Spec>
+template <auto Label, auto Spec>
 struct label_used_twice {
   static_assert(always_false<label_used_twice>, "gshard layout spec: a label names two dimensions");
 };
-template <fixed_string Axis, fixed_string Spec>
+template <auto Axis, auto Spec>
 struct mesh_axis_used_twice {
   static_assert(always_false<mesh_axis_used_twice>,
                 "gshard layout spec: a mesh axis is used twice (one axis splits one dimension "
                 "or holds one partial sum)");
 };
-template <fixed_string Axis, fixed_string Spec>
+template <auto Axis, auto Spec>
 struct partial_axis_also_splits_a_dimension {
   static_assert(always_false<partial_axis_also_splits_a_dimension>,
                 "gshard layout spec: an axis cannot both split a dimension and hold a partial sum");
 };
-template <fixed_string Piece, fixed_string Spec>
+template <auto Piece, auto Spec>
 struct dimension_after_partial_axis {
   static_assert(always_false<dimension_after_partial_axis>,
                 "gshard layout spec: '+axis' pieces must come after every dimension");
 };
-template <fixed_string Piece, fixed_string Spec>
+template <auto Piece, auto Spec>
 struct too_many_dimensions {
   static_assert(always_false<too_many_dimensions>, "gshard layout spec: more than 8 dimensions");
 };
@@ -61,19 +61,19 @@ constexpr bool check_spec() {
   } else {
     constexpr auto what = make_fixed<parsed.offending.size()>(parsed.offending);
     if constexpr (parsed.error == SpecError::malformed_piece) {
-      return sizeof(spec_error::malformed_piece<what, Spec>) == 0;
+      return sizeof(spec_error::malformed_piece<detail::shown<what>, detail::shown<Spec>>) == 0;
     } else if constexpr (parsed.error == SpecError::unknown_axis) {
-      return sizeof(spec_error::unknown_mesh_axis<what, Spec>) == 0;
+      return sizeof(spec_error::unknown_mesh_axis<detail::shown<what>, detail::shown<Spec>>) == 0;
     } else if constexpr (parsed.error == SpecError::label_used_twice) {
-      return sizeof(spec_error::label_used_twice<what, Spec>) == 0;
+      return sizeof(spec_error::label_used_twice<detail::shown<what>, detail::shown<Spec>>) == 0;
     } else if constexpr (parsed.error == SpecError::axis_used_twice) {
-      return sizeof(spec_error::mesh_axis_used_twice<what, Spec>) == 0;
+      return sizeof(spec_error::mesh_axis_used_twice<detail::shown<what>, detail::shown<Spec>>) == 0;
     } else if constexpr (parsed.error == SpecError::partial_axis_splits) {
-      return sizeof(spec_error::partial_axis_also_splits_a_dimension<what, Spec>) == 0;
+      return sizeof(spec_error::partial_axis_also_splits_a_dimension<detail::shown<what>, detail::shown<Spec>>) == 0;
     } else if constexpr (parsed.error == SpecError::dimension_after_partial) {
-      return sizeof(spec_error::dimension_after_partial_axis<what, Spec>) == 0;
+      return sizeof(spec_error::dimension_after_partial_axis<detail::shown<what>, detail::shown<Spec>>) == 0;
     } else {
-      return sizeof(spec_error::too_many_dimensions<what, Spec>) == 0;
+      return sizeof(spec_error::too_many_dimensions<detail::shown<what>, detail::shown<Spec>>) == 0;
     }
   }
 }

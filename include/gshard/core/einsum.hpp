@@ -224,9 +224,10 @@ constexpr std::size_t layout_spec_length(const Layout& l,
 }
 
 template <std::size_t Length, std::size_t N>
-constexpr fixed_string<Length + 1> layout_spec(const Layout& l,
+constexpr fixed_string layout_spec(const Layout& l,
                                                const std::array<std::string_view, N>& axes) {
-  fixed_string<Length + 1> s;
+  static_assert(Length < fixed_string::capacity, "gshard: an inferred layout spec is longer than 63 characters");
+  fixed_string s;
   std::size_t n = 0;
   auto put = [&](std::string_view t) {
     for (char c : t) s.data[n++] = c;

@@ -31,30 +31,30 @@ namespace gshard {
 namespace elementwise_error {
 template <class>
 inline constexpr bool always_false = false;
-template <fixed_string Op, fixed_string Operand, fixed_string OtherOperand>
+template <auto Op, auto Operand, auto OtherOperand>
 struct operand_labels_do_not_broadcast {
   static_assert(always_false<operand_labels_do_not_broadcast>,
                 "gshard elementwise op: one operand's labels must include the other's "
                 "(broadcasting is by label); rename labels with .as<\"...\">() or reduce first");
 };
-template <fixed_string Op>
+template <auto Op>
 struct operands_differ_in_element_type {
   static_assert(always_false<operands_differ_in_element_type>,
                 "gshard elementwise op: tensor operands must have one element type; convert with "
                 "gshard::cast<T>(x)");
 };
-template <fixed_string Op>
+template <auto Op>
 struct operands_on_different_meshes {
   static_assert(always_false<operands_on_different_meshes>,
                 "gshard elementwise op: tensor operands must live on the same Mesh type");
 };
-template <fixed_string Op>
+template <auto Op>
 struct needs_floating_point {
   static_assert(always_false<needs_floating_point>,
                 "gshard elementwise op: this op needs float or double; convert with "
                 "gshard::cast<float>(x)");
 };
-template <fixed_string Op>
+template <auto Op>
 struct needs_a_tensor_operand {
   static_assert(always_false<needs_a_tensor_operand>,
                 "gshard elementwise op: at least one operand must be a tensor");
@@ -530,7 +530,7 @@ auto elementwise(std::source_location where, const Args&... args) {
   }();
   constexpr bool any_tensor = (Expression<Args> || ...);
   if constexpr (!any_tensor) {
-    static_assert(sizeof(elementwise_error::needs_a_tensor_operand<name>) == 0);
+    static_assert(sizeof(elementwise_error::needs_a_tensor_operand<detail::shown<name>>) == 0);
     return 0;
   } else if constexpr (bad >= 0) {
     constexpr int dom = [&] {
@@ -543,8 +543,8 @@ auto elementwise(std::source_location where, const Args&... args) {
     using Bad = std::tuple_element_t<static_cast<std::size_t>(bad), std::tuple<Args...>>;
     using Dom = std::tuple_element_t<static_cast<std::size_t>(dom), std::tuple<Args...>>;
     static_assert(sizeof(elementwise_error::operand_labels_do_not_broadcast<
-                         name, spec_of<typename Bad::mesh_type, Bad::layout>(),
-                         spec_of<typename Dom::mesh_type, Dom::layout>()>) == 0);
+                         detail::shown<name>, detail::shown<spec_of<typename Bad::mesh_type, Bad::layout>()>,
+                         detail::shown<spec_of<typename Dom::mesh_type, Dom::layout>()>>) == 0);
     return 0;
   } else {
     using First = std::tuple_element_t<first_tensor<Args...>(), std::tuple<Args...>>;
@@ -561,13 +561,13 @@ auto elementwise(std::source_location where, const Args&... args) {
     }
     (std::index_sequence_for<Args...>{});
     if constexpr (!one_mesh) {
-      static_assert(sizeof(elementwise_error::operands_on_different_meshes<name>) == 0);
+      static_assert(sizeof(elementwise_error::operands_on_different_meshes<detail::shown<name>>) == 0);
       return 0;
     } else if constexpr (!one_type) {
-      static_assert(sizeof(elementwise_error::operands_differ_in_element_type<name>) == 0);
+      static_assert(sizeof(elementwise_error::operands_differ_in_element_type<detail::shown<name>>) == 0);
       return 0;
     } else if constexpr (Op::floating_only && !std::is_floating_point_v<V>) {
-      static_assert(sizeof(elementwise_error::needs_floating_point<name>) == 0);
+      static_assert(sizeof(elementwise_error::needs_floating_point<detail::shown<name>>) == 0);
       return 0;
     } else {
       return Map<Op, Args...>(where, Op{}, args...);

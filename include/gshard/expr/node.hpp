@@ -29,7 +29,7 @@ namespace strict_error {
 template <class>
 inline constexpr bool always_false = false;
 /// Op, which operand (0-based), its layout, and the layout the op needs it in.
-template <fixed_string Op, int Operand, fixed_string OperandLayout, fixed_string NeededLayout>
+template <auto Op, int Operand, auto OperandLayout, auto NeededLayout>
 struct implicit_collective {
   static_assert(
       always_false<implicit_collective>,
@@ -195,8 +195,8 @@ ReshardPlan plan_operand(const E& e, const Layout& need) {
 template <class MeshT, fixed_string Op, int Which, Layout From, Layout To>
 constexpr bool strict_check() {
   if constexpr (strict_mode && !no_communication(From, To)) {
-    return sizeof(strict_error::implicit_collective<Op, Which, spec_of<MeshT, From>(),
-                                                    spec_of<MeshT, To>()>) == 0;
+    return sizeof(strict_error::implicit_collective<detail::shown<Op>, detail::shown<Which>, detail::shown<spec_of<MeshT, From>()>,
+                                                    detail::shown<spec_of<MeshT, To>()>>) == 0;
   } else {
     return true;
   }

@@ -166,9 +166,12 @@ class Trace {
     std::vector<const detail::TraceEvent*> nested;
     for (const auto& e : events())
       if (std::string_view(e.category) == "op") nested.push_back(&e);
-    std::stable_sort(nested.begin(), nested.end(), [](const auto* a, const auto* b) {
-      return a->start_us < b->start_us ||
-             (a->start_us == b->start_us && a->duration_us > b->duration_us);
+    // std::sort with the event's place as the last key: stable_sort's temporary buffer is
+    // deprecated in libstdc++ 12 and clang warns about it in every user's build.
+    std::sort(nested.begin(), nested.end(), [](const auto* a, const auto* b) {
+      if (a->start_us != b->start_us) return a->start_us < b->start_us;
+      if (a->duration_us != b->duration_us) return a->duration_us > b->duration_us;
+      return a < b;
     });
     std::vector<double> self(nested.size());
     std::vector<std::size_t> open;
@@ -208,8 +211,10 @@ class Trace {
       row.share = p.op_ms > 0 ? row.ms / p.op_ms : 0;
       p.ops.push_back(row);
     }
-    std::stable_sort(p.ops.begin(), p.ops.end(),
-                     [](const auto& a, const auto& b) { return a.ms > b.ms; });
+    std::sort(p.ops.begin(), p.ops.end(), [](const auto& a, const auto& b) {
+      if (a.ms != b.ms) return a.ms > b.ms;
+      return a.op != b.op ? a.op < b.op : a.site < b.site;  // the map's order: (op, site) is unique
+    });
     return p;
   }
 

@@ -4,11 +4,17 @@
 // as [batch, m, k] / [batch, k, n] (or their transposes), copying only when the labels are not
 // already grouped that way; the product lands in the output directly when its order allows.
 //
-// GEMM back ends: OpenBLAS through CBLAS for float/double on the host when the build found it
-// (GSHARD_HAVE_CBLAS, set by CMake), Eigen otherwise (and for integers, which BLAS lacks);
-// cuBLAS under a CUDA Kokkos (GSHARD_HAVE_CUBLAS), a plain Kokkos kernel on other devices.
-#include <Eigen/Core>
+// GEMM back ends, one per execution space (GemmVendor): on a host execution space OpenBLAS through
+// CBLAS for float/double when the build found it (GSHARD_HAVE_CBLAS), Eigen otherwise (and for
+// integers, which BLAS lacks); cuBLAS under CUDA (GSHARD_HAVE_CUBLAS), hipBLAS under HIP
+// (GSHARD_HAVE_HIPBLAS); a Kokkos kernel where no vendor library serves.
 #include <Kokkos_Core.hpp>
+// Eigen serves host execution spaces only; under a device backend it is left out (its CUDA
+// support would compile host-device code calling host functions).
+#if !defined(KOKKOS_ENABLE_CUDA) && !defined(KOKKOS_ENABLE_HIP) && !defined(KOKKOS_ENABLE_SYCL)
+#define GSHARD_HOST_GEMM_EIGEN 1
+#include <Eigen/Core>
+#endif
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -19,6 +25,7 @@
 
 #include "../core/error.hpp"
 #include "copy_box.hpp"
+#include "math.hpp"
 #include "flops.hpp"
 
 #if defined(GSHARD_HAVE_CBLAS)
@@ -26,6 +33,9 @@
 #endif
 #if defined(KOKKOS_ENABLE_CUDA) && defined(GSHARD_HAVE_CUBLAS)
 #include <cublas_v2.h>
+#endif
+#if defined(KOKKOS_ENABLE_HIP) && defined(GSHARD_HAVE_HIPBLAS)
+#include <hipblas/hipblas.h>
 #endif
 
 namespace gshard::detail {
@@ -79,6 +89,14 @@ inline LocalBlock kept_block(const LocalBlock& from, const std::string& keep) {
   return to;
 }
 
+/// What sum_out's kernel captures: a type at namespace scope, as nvcc requires of a device
+/// lambda's captures.
+struct SumOutPlan {
+  int kept = 0, summed = 0;
+  std::int64_t kept_ext[max_dims]{}, kept_stride[max_dims]{};
+  std::int64_t sum_ext[max_dims]{}, sum_stride[max_dims]{};
+};
+
 /// Sums `in` over the labels not in `keep` (keeping their order).
 template <class T>
 Kokkos::View<T*> sum_out(const T* in, const LocalBlock& from, const std::string& keep,
@@ -86,11 +104,7 @@ Kokkos::View<T*> sum_out(const T* in, const LocalBlock& from, const std::string&
   to = kept_block(from, keep);
   std::int64_t stride[max_dims];
   row_major_strides(static_cast<int>(from.labels.size()), from.extents.data(), stride);
-  struct Plan {
-    int kept = 0, summed = 0;
-    std::int64_t kept_ext[max_dims]{}, kept_stride[max_dims]{};
-    std::int64_t sum_ext[max_dims]{}, sum_stride[max_dims]{};
-  } p;
+  SumOutPlan p;
   for (std::size_t d = 0; d < from.labels.size(); ++d) {
     if (keep.find(from.labels[d]) != std::string::npos) {
       p.kept_ext[p.kept] = from.extents[d];
@@ -127,9 +141,11 @@ Kokkos::View<T*> sum_out(const T* in, const LocalBlock& from, const std::string&
   return out;
 }
 
-inline constexpr bool host_gemm =
-    Kokkos::SpaceAccessibility<Kokkos::HostSpace,
-                               Kokkos::DefaultExecutionSpace::memory_space>::accessible;
+/// Whether kernels run on the host. Decided by the execution space, not by memory
+/// accessibility: CUDA's UVM and shared spaces are host-accessible, but a host BLAS reading them
+/// would race with device kernels still writing.
+inline constexpr bool host_execution =
+    std::is_same_v<Kokkos::DefaultExecutionSpace, Kokkos::DefaultHostExecutionSpace>;
 
 template <class T>
 inline constexpr bool blas_type = std::is_same_v<T, float> || std::is_same_v<T, double>;
@@ -140,6 +156,7 @@ inline bool blas_fits(const GemmShape& s) {
   return s.k > 0 && s.m <= max && s.n <= max && s.k <= max && s.batch <= max;
 }
 
+#if defined(GSHARD_HOST_GEMM_EIGEN)
 template <class T>
 void gemm_eigen(const T* a, bool trans_a, const T* b, bool trans_b, T* c, const GemmShape& s) {
   using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -163,6 +180,8 @@ void gemm_eigen(const T* a, bool trans_a, const T* b, bool trans_b, T* c, const 
   }
 }
 
+#endif
+
 #if defined(GSHARD_HAVE_CBLAS)
 /// Row-major CBLAS, one call per batch (OpenBLAS 0.3.21 has no batched GEMM).
 template <class T>
@@ -183,6 +202,42 @@ void gemm_cblas(const T* a, bool trans_a, const T* b, bool trans_b, T* c, const 
 }
 #endif
 
+/// The vendor library that runs an execution space's GEMMs.
+enum class GemmVendor { cblas, eigen, cublas, hipblas, kokkos };
+
+template <class ExecSpace, class T>
+constexpr GemmVendor gemm_vendor() {
+  if constexpr (std::is_same_v<ExecSpace, Kokkos::DefaultHostExecutionSpace>) {
+#if defined(GSHARD_HAVE_CBLAS)
+    if constexpr (blas_type<T>) return GemmVendor::cblas;
+#endif
+#if defined(GSHARD_HOST_GEMM_EIGEN)
+    return GemmVendor::eigen;
+#else
+    return GemmVendor::kokkos;
+#endif
+  }
+#if defined(KOKKOS_ENABLE_CUDA) && defined(GSHARD_HAVE_CUBLAS)
+  if constexpr (std::is_same_v<ExecSpace, Kokkos::Cuda> && blas_type<T>) return GemmVendor::cublas;
+#endif
+#if defined(KOKKOS_ENABLE_HIP) && defined(GSHARD_HAVE_HIPBLAS)
+  if constexpr (std::is_same_v<ExecSpace, Kokkos::HIP> && blas_type<T>) return GemmVendor::hipblas;
+#endif
+  return GemmVendor::kokkos;
+}
+
+/// The vendor names a GEMM of T would use here, for explain() and the benchmarks.
+template <class T>
+constexpr const char* gemm_vendor_name() {
+  switch (gemm_vendor<Kokkos::DefaultExecutionSpace, T>()) {
+    case GemmVendor::cblas: return "OpenBLAS";
+    case GemmVendor::eigen: return "Eigen";
+    case GemmVendor::cublas: return "cuBLAS";
+    case GemmVendor::hipblas: return "hipBLAS";
+    default: return "Kokkos kernel";
+  }
+}
+
 #if defined(KOKKOS_ENABLE_CUDA) && defined(GSHARD_HAVE_CUBLAS)
 /// One handle per process, never destroyed: destroying it at exit would run after
 /// Kokkos::finalize has torn CUDA down.
@@ -200,7 +255,8 @@ inline cublasHandle_t cublas_handle() {
 template <class T>
 void gemm_cublas(const T* a, bool trans_a, const T* b, bool trans_b, T* c, const GemmShape& s) {
   const cublasHandle_t h = cublas_handle();
-  cublasSetStream(h, Kokkos::Cuda().cuda_stream());  // ordered with the Kokkos kernels around it
+  // On the default instance's stream: ordered with the Kokkos kernels around it, no fence.
+  cublasSetStream(h, Kokkos::DefaultExecutionSpace().cuda_stream());
   const int m = static_cast<int>(s.m), n = static_cast<int>(s.n), k = static_cast<int>(s.k);
   const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -219,42 +275,85 @@ void gemm_cublas(const T* a, bool trans_a, const T* b, bool trans_b, T* c, const
 }
 #endif
 
+#if defined(KOKKOS_ENABLE_HIP) && defined(GSHARD_HAVE_HIPBLAS)
+inline hipblasHandle_t hipblas_handle() {
+  static const hipblasHandle_t handle = [] {
+    hipblasHandle_t h = nullptr;
+    if (hipblasCreate(&h) != HIPBLAS_STATUS_SUCCESS) throw Error("einsum", "hipblasCreate failed");
+    return h;
+  }();
+  return handle;
+}
+
+/// As gemm_cublas: hipBLAS takes the same column-major arguments.
+template <class T>
+void gemm_hipblas(const T* a, bool trans_a, const T* b, bool trans_b, T* c, const GemmShape& s) {
+  const hipblasHandle_t h = hipblas_handle();
+  hipblasSetStream(h, Kokkos::DefaultExecutionSpace().hip_stream());
+  const int m = static_cast<int>(s.m), n = static_cast<int>(s.n), k = static_cast<int>(s.k);
+  const hipblasOperation_t op_a = trans_a ? HIPBLAS_OP_T : HIPBLAS_OP_N;
+  const hipblasOperation_t op_b = trans_b ? HIPBLAS_OP_T : HIPBLAS_OP_N;
+  const T one = 1, zero = 0;
+  hipblasStatus_t st;
+  if constexpr (std::is_same_v<T, float>)
+    st = hipblasSgemmStridedBatched(h, op_b, op_a, n, m, k, &one, b, trans_b ? k : n, s.k * s.n,
+                                    a, trans_a ? m : k, s.m * s.k, &zero, c, n, s.m * s.n,
+                                    static_cast<int>(s.batch));
+  else
+    st = hipblasDgemmStridedBatched(h, op_b, op_a, n, m, k, &one, b, trans_b ? k : n, s.k * s.n,
+                                    a, trans_a ? m : k, s.m * s.k, &zero, c, n, s.m * s.n,
+                                    static_cast<int>(s.batch));
+  if (st != HIPBLAS_STATUS_SUCCESS)
+    throw Error("einsum", "hipBLAS GEMM failed with status " + std::to_string(static_cast<int>(st)));
+}
+#endif
+
+/// The portable GEMM: one thread per output element (devices without a vendor library).
+template <class T>
+void gemm_kokkos(const T* a, bool trans_a, const T* b, bool trans_b, T* c, const GemmShape& s) {
+  Kokkos::parallel_for(
+      "gshard::einsum::gemm", Kokkos::RangePolicy<>(0, s.batch * s.m * s.n),
+      KOKKOS_LAMBDA(std::int64_t idx) {
+        const std::int64_t j = idx % s.n;
+        const std::int64_t i = (idx / s.n) % s.m;
+        const std::int64_t bb = idx / (s.n * s.m);
+        const T* ab = a + bb * s.m * s.k;
+        const T* bbp = b + bb * s.k * s.n;
+        T acc{};
+        for (std::int64_t k = 0; k < s.k; ++k)
+          acc += (trans_a ? ab[k * s.m + i] : ab[i * s.k + k]) *
+                 (trans_b ? bbp[j * s.k + k] : bbp[k * s.n + j]);
+        c[idx] = acc;
+      });
+}
+
 /// C[b] = op(A[b]) * op(B[b]) for every batch b; op transposes when the flag says the operand is
 /// stored [k][m] (A) or [n][k] (B). Row-major throughout.
 template <class T>
 void gemm_batched(const T* a, bool trans_a, const T* b, bool trans_b, T* c, const GemmShape& s) {
   if (s.batch == 0 || s.m == 0 || s.n == 0) return;
   flop_counters().add_contraction(2 * s.batch * s.m * s.n * s.k);
-  if constexpr (host_gemm) {
+  constexpr GemmVendor vendor = gemm_vendor<Kokkos::DefaultExecutionSpace, T>();
+  if constexpr (vendor == GemmVendor::cblas || vendor == GemmVendor::eigen) {
 #if defined(GSHARD_HAVE_CBLAS)
-    if constexpr (blas_type<T>) {
+    if constexpr (vendor == GemmVendor::cblas)
       if (blas_fits(s)) return gemm_cblas(a, trans_a, b, trans_b, c, s);
-    }
 #endif
+#if defined(GSHARD_HOST_GEMM_EIGEN)
     gemm_eigen(a, trans_a, b, trans_b, c, s);
+#else
+    gemm_kokkos(a, trans_a, b, trans_b, c, s);
+#endif
   } else {
 #if defined(KOKKOS_ENABLE_CUDA) && defined(GSHARD_HAVE_CUBLAS)
-    if constexpr (blas_type<T> &&
-                  std::is_same_v<Kokkos::DefaultExecutionSpace::memory_space, Kokkos::CudaSpace>) {
+    if constexpr (vendor == GemmVendor::cublas)
       if (blas_fits(s)) return gemm_cublas(a, trans_a, b, trans_b, c, s);
-    }
 #endif
-    // Portable fallback for device memory spaces: one thread per output element.
-    const GemmShape sh = s;
-    Kokkos::parallel_for(
-        "gshard::einsum::gemm", Kokkos::RangePolicy<>(0, s.batch * s.m * s.n),
-        KOKKOS_LAMBDA(std::int64_t idx) {
-          const std::int64_t j = idx % sh.n;
-          const std::int64_t i = (idx / sh.n) % sh.m;
-          const std::int64_t bb = idx / (sh.n * sh.m);
-          const T* ab = a + bb * sh.m * sh.k;
-          const T* bbp = b + bb * sh.k * sh.n;
-          T acc{};
-          for (std::int64_t k = 0; k < sh.k; ++k)
-            acc += (trans_a ? ab[k * sh.m + i] : ab[i * sh.k + k]) *
-                   (trans_b ? bbp[j * sh.k + k] : bbp[k * sh.n + j]);
-          c[idx] = acc;
-        });
+#if defined(KOKKOS_ENABLE_HIP) && defined(GSHARD_HAVE_HIPBLAS)
+    if constexpr (vendor == GemmVendor::hipblas)
+      if (blas_fits(s)) return gemm_hipblas(a, trans_a, b, trans_b, c, s);
+#endif
+    gemm_kokkos(a, trans_a, b, trans_b, c, s);
   }
 }
 
@@ -310,7 +409,7 @@ template <class T>
 GemmShape contract(const T* a, const LocalBlock& la, const T* b, const LocalBlock& lb, T* out,
                    const LocalBlock& lo) {
   const ContractPlan p = contract_plan(la, b == nullptr ? nullptr : &lb, lo);
-  TraceSpan span("kernel", "contract");
+  KernelSpan span("kernel", "contract");
   if (span.on())
     span.set_detail(la.labels + (b == nullptr ? "" : "," + lb.labels) + "->" + lo.labels +
                     " (GEMM batch " + std::to_string(p.shape.batch) + ", m " +

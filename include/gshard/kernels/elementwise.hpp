@@ -15,6 +15,7 @@
 #include "../core/layout.hpp"
 #include "../core/trace.hpp"
 #include "math.hpp"
+#include "rows.hpp"
 
 namespace gshard {
 
@@ -311,32 +312,48 @@ struct FusedBlock {
   std::int64_t valid[max_dims]{};
 };
 
+/// The rows of a fused kernel's output block (kernels/rows.hpp): each row evaluates the chain at
+/// its valid elements and writes zeros in its padding.
+template <class T, class Ev>
+struct FusedRows {
+  Ev ev;
+  T* out;
+  FusedBlock g;
+  std::int64_t last, last_valid;
+  struct State {
+    Ev e;
+    T* dst;
+    std::int64_t n;  // valid elements (0 in a padding row)
+  };
+  KOKKOS_INLINE_FUNCTION State begin(const std::int64_t row) const {
+    std::int64_t idx[max_dims]{};
+    bool real = true;
+    for (std::int64_t d = g.rank - 2, rest = row; d >= 0; --d) {
+      idx[d] = rest % g.extent[d];
+      rest /= g.extent[d];
+      real = real && idx[d] < g.valid[d];
+    }
+    State s{ev, out + row * last, real ? last_valid : 0};
+    s.e.row(idx);
+    return s;
+  }
+  KOKKOS_INLINE_FUNCTION std::int64_t length(const State&) const { return last; }
+  KOKKOS_INLINE_FUNCTION void element(const State& s, const std::int64_t j) const {
+    s.dst[j] = j < s.n ? static_cast<T>(s.e(j)) : T(0);
+  }
+};
+
 /// out = ev over the whole padded block: ONE kernel launch, zeros in the padding.
 template <class T, class Ev>
 void run_fused(const Ev& ev, T* out, const FusedBlock& g) {
-  TraceSpan span("kernel", "fused elementwise");
+  KernelSpan span("kernel", "fused elementwise");
   const int r = g.rank;
   const std::int64_t last = r > 0 ? g.extent[r - 1] : 1;
   const std::int64_t last_valid = r > 0 ? g.valid[r - 1] : 1;
   std::int64_t rows = 1;
   for (int d = 0; d + 1 < r; ++d) rows *= g.extent[d];
   if (rows * last == 0) return;
-  Kokkos::parallel_for(
-      "gshard::elementwise", Kokkos::RangePolicy<>(0, rows), KOKKOS_LAMBDA(std::int64_t row) {
-        std::int64_t idx[max_dims]{};
-        bool real = true;
-        for (std::int64_t d = r - 2, rest = row; d >= 0; --d) {
-          idx[d] = rest % g.extent[d];
-          rest /= g.extent[d];
-          real = real && idx[d] < g.valid[d];
-        }
-        T* dst = out + row * last;
-        const std::int64_t n = real ? last_valid : 0;
-        Ev e = ev;
-        e.row(idx);
-        for (std::int64_t j = 0; j < n; ++j) dst[j] = static_cast<T>(e(j));
-        for (std::int64_t j = n; j < last; ++j) dst[j] = T(0);
-      });
+  for_each_row("gshard::elementwise", rows, FusedRows<T, Ev>{ev, out, g, last, last_valid});
 }
 
 }  // namespace detail

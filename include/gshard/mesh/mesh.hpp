@@ -19,11 +19,11 @@ namespace gshard {
 namespace mesh_error {
 template <class>
 inline constexpr bool always_false = false;
-template <fixed_string Axis>
+template <auto Axis>
 struct mesh_axis_name_used_twice {
   static_assert(always_false<mesh_axis_name_used_twice>, "gshard::Mesh: two axes share a name");
 };
-template <fixed_string Axis>
+template <auto Axis>
 struct mesh_axis_name_is_not_an_identifier {
   static_assert(always_false<mesh_axis_name_is_not_an_identifier>,
                 "gshard::Mesh: an axis name must be an identifier (letters, digits, '_')");
@@ -79,9 +79,9 @@ class Mesh {
   static constexpr bool check_axis_name() {
     constexpr int uses = (0 + ... + (Names.view() == Name.view() ? 1 : 0));
     if constexpr (!detail::is_name(Name.view())) {
-      return sizeof(mesh_error::mesh_axis_name_is_not_an_identifier<Name>) == 0;
+      return sizeof(mesh_error::mesh_axis_name_is_not_an_identifier<detail::shown<Name>>) == 0;
     } else if constexpr (uses > 1) {
-      return sizeof(mesh_error::mesh_axis_name_used_twice<Name>) == 0;
+      return sizeof(mesh_error::mesh_axis_name_used_twice<detail::shown<Name>>) == 0;
     } else {
       return true;
     }

@@ -220,7 +220,6 @@ Routing<T> route(const Kokkos::View<T*>& gates, const Kokkos::View<T*>& u, std::
           for (std::int64_t x = 0; x < e; ++x) b[x] = b[x] + cn[x] < c ? b[x] + cn[x] : c;
         }
       });
-  Kokkos::fence();
   return r;
 }
 

@@ -111,7 +111,7 @@ constexpr SpecBuffer<N> drop_piece(std::string_view text, int drop) {
 template <fixed_string Spec, int Drop>
 constexpr auto spec_without() {
   constexpr auto built = drop_piece<Spec.size() + 1>(Spec.view(), Drop);
-  fixed_string<built.n + 1> result;
+  fixed_string result;
   for (std::size_t i = 0; i < built.n; ++i) result.data[i] = built.data[i];
   return result;
 }
@@ -332,6 +332,186 @@ void sum_view_over_axes(const MeshT& mesh, unsigned mask, const View<double>& v)
   h.copy_out();
 }
 
+// --- device kernels -----------------------------------------------------------------------------
+// Templated only on element types, at namespace scope: nvcc rejects extended lambdas inside
+// generic lambdas and private members, and cannot emit host stubs for kernels whose enclosing
+// templates carry Sharded or Mesh types.
+
+template <class T>
+void sgd_update(const View<T>& pv, const View<T>& gv, const View<T>& bv, bool has_momentum,
+                bool first, double mu, bool nesterov, double wd, double lr) {
+  Kokkos::parallel_for(
+      "gshard::nn::Sgd", range(extent(pv)), KOKKOS_LAMBDA(const std::int64_t i) {
+        const double w = static_cast<double>(pv(i));
+        double d = static_cast<double>(gv(i)) + wd * w;
+        if (has_momentum) {
+          const double b = first ? d : mu * static_cast<double>(bv(i)) + d;
+          bv(i) = static_cast<T>(b);
+          d = nesterov ? d + mu * b : b;
+        }
+        pv(i) = static_cast<T>(w - lr * d);
+      });
+}
+
+struct AdamScalars {
+  double lr, b1, b2, eps, wd, c1, c2;
+  bool decoupled;
+};
+
+template <class T>
+void adam_update(const View<T>& pv, const View<T>& gv, const View<T>& mv, const View<T>& vv,
+                 const AdamScalars& a) {
+  Kokkos::parallel_for(
+      "gshard::nn::Adam", range(extent(pv)), KOKKOS_LAMBDA(const std::int64_t i) {
+        double w = static_cast<double>(pv(i));
+        double d = static_cast<double>(gv(i));
+        if (a.decoupled)
+          w *= 1 - a.lr * a.wd;
+        else
+          d += a.wd * w;
+        const double m = a.b1 * static_cast<double>(mv(i)) + (1 - a.b1) * d;
+        const double v = a.b2 * static_cast<double>(vv(i)) + (1 - a.b2) * d * d;
+        mv(i) = static_cast<T>(m);
+        vv(i) = static_cast<T>(v);
+        pv(i) = static_cast<T>(w - a.lr * (m / a.c1) / (math::sqrt(v / a.c2) + a.eps));
+      });
+}
+
+using gshard::detail::BlockIndex;
+
+// Adafactor's local sums of g^2 over the valid columns of each (leading index, row) pair.
+template <class T>
+void adafactor_row_sums(const View<T>& gv, const BlockIndex& rb, std::int64_t C,
+                        std::int64_t valid_c, const View<double>& row_sum) {
+  Kokkos::parallel_for(
+      "gshard::nn::Adafactor row sums", range(extent(row_sum)),
+      KOKKOS_LAMBDA(const std::int64_t i) {
+        if (rb.global_of(i) < 0) return;
+        double s = 0;
+        for (std::int64_t c = 0; c < valid_c; ++c) {
+          const double x = static_cast<double>(gv(i * C + c));
+          s += x * x;
+        }
+        row_sum(i) = s;
+      });
+}
+
+// Adafactor's local sums of g^2 over the valid rows of each (leading index, column) pair.
+template <class T>
+void adafactor_column_sums(const View<T>& gv, const BlockIndex& cb, std::int64_t R, std::int64_t C,
+                           std::int64_t valid_r, const View<double>& col_sum) {
+  Kokkos::parallel_for(
+      "gshard::nn::Adafactor column sums", range(extent(col_sum)),
+      KOKKOS_LAMBDA(const std::int64_t j) {
+        if (cb.global_of(j) < 0) return;
+        const std::int64_t o = j / C;
+        const std::int64_t c = j % C;
+        double s = 0;
+        for (std::int64_t r = 0; r < valid_r; ++r) {
+          const double x = static_cast<double>(gv((o * R + r) * C + c));
+          s += x * x;
+        }
+        col_sum(j) = s;
+      });
+}
+
+// stat = b2 stat + (1 - b2)(sum * inv + eps1) on valid elements (row or column statistics).
+template <class T>
+void adafactor_statistics(const char* label, std::int64_t n, const View<T>& stat,
+                          const BlockIndex& b, const View<double>& sum, double inv, double b2,
+                          double eps1) {
+  Kokkos::parallel_for(
+      label, range(n), KOKKOS_LAMBDA(const std::int64_t i) {
+        if (b.global_of(i) < 0) return;
+        stat(i) =
+            static_cast<T>(b2 * static_cast<double>(stat(i)) + (1 - b2) * (sum(i) * inv + eps1));
+      });
+}
+
+// Local sums of the valid row statistics per leading index.
+template <class T>
+void adafactor_row_mean_sums(const View<T>& rowv, const BlockIndex& rb, std::int64_t R,
+                             std::int64_t valid_r, const View<double>& means) {
+  Kokkos::parallel_for(
+      "gshard::nn::Adafactor row means", range(extent(means)), KOKKOS_LAMBDA(const std::int64_t o) {
+        double s = 0;
+        for (std::int64_t r = 0; r < valid_r; ++r)
+          if (rb.global_of(o * R + r) >= 0) s += static_cast<double>(rowv(o * R + r));
+        means(o) = s;
+      });
+}
+
+inline void adafactor_scale_means(const View<double>& means, double inv_r) {
+  Kokkos::parallel_for(
+      "gshard::nn::Adafactor row means", range(extent(means)),
+      KOKKOS_LAMBDA(const std::int64_t o) { means(o) *= inv_r; });
+}
+
+template <class T>
+void adafactor_second_moment(std::int64_t n, const View<T>& vv, const View<T>& gv,
+                             const BlockIndex& pb, double b2, double eps1) {
+  Kokkos::parallel_for(
+      "gshard::nn::Adafactor second moment", range(n), KOKKOS_LAMBDA(const std::int64_t i) {
+        if (pb.global_of(i) < 0) return;
+        const double x = static_cast<double>(gv(i));
+        vv(i) = static_cast<T>(b2 * static_cast<double>(vv(i)) + (1 - b2) * (x * x + eps1));
+      });
+}
+
+/// The preconditioned gradient u at local element i, from the state after this step's update.
+template <class T>
+struct AdafactorPreconditioned {
+  View<T> g, rows, cols, second;
+  View<double> means;
+  std::int64_t RC = 1, C = 1;  // local padded extents of the last two labels
+  bool factored = false;
+
+  KOKKOS_INLINE_FUNCTION double operator()(const std::int64_t i) const {
+    const double x = static_cast<double>(g(i));
+    if (!factored) return x / math::sqrt(static_cast<double>(second(i)));
+    const std::int64_t o = i / RC;
+    const std::int64_t row = i / C;
+    const std::int64_t col = o * C + i % C;
+    const double r_factor = 1 / math::sqrt(static_cast<double>(rows(row)) / means(o));
+    const double c_factor = 1 / math::sqrt(static_cast<double>(cols(col)));
+    return x * r_factor * c_factor;
+  }
+};
+
+// Local sum of u^2 over valid elements.
+template <class T>
+double adafactor_local_sum_u2(const AdafactorPreconditioned<T>& u, const BlockIndex& pb,
+                              std::int64_t n) {
+  double s = 0;
+  Kokkos::parallel_reduce(
+      "gshard::nn::Adafactor RMS", range(n),
+      KOKKOS_LAMBDA(const std::int64_t i, double& acc) {
+        if (pb.global_of(i) < 0) return;
+        const double x = u(i);
+        acc += x * x;
+      },
+      s);
+  return s;
+}
+
+// mv is only read and written when first_moment.
+template <class T>
+void adafactor_update(const View<T>& pv, const View<T>& mv, const AdafactorPreconditioned<T>& u,
+                      const BlockIndex& pb, double step_scale, bool first_moment, double b1,
+                      double wd, double lr) {
+  Kokkos::parallel_for(
+      "gshard::nn::Adafactor update", range(extent(pv)), KOKKOS_LAMBDA(const std::int64_t i) {
+        if (pb.global_of(i) < 0) return;
+        double d = step_scale * u(i);
+        if (first_moment) {
+          d = b1 * static_cast<double>(mv(i)) + (1 - b1) * d;
+          mv(i) = static_cast<T>(d);
+        }
+        const double w = static_cast<double>(pv(i));
+        pv(i) = static_cast<T>(w - wd * lr * w - d);
+      });
+}
+
 // --- state types --------------------------------------------------------------------------------
 
 template <class P>
@@ -394,25 +574,10 @@ class Sgd {
     driver_.run<detail::SgdState>(
         "Sgd", params, grads, [this](const auto& p) { return make_state(p); },
         [&](const auto& p, const auto& g, auto& state, std::int64_t t) {
-          using T = typename std::remove_cvref_t<decltype(p)>::value_type;
-          auto pv = p.local_view();
-          auto gv = g.local_view();
-          const bool first = t == 1;
+          const auto& pv = p.local_view();
           const bool has_momentum = state.momentum.has_value();
-          auto bv = has_momentum ? state.momentum->local_view() : pv;
-          const double lr = lr_next;
-          Kokkos::parallel_for(
-              "gshard::nn::Sgd", detail::range(detail::extent(pv)),
-              KOKKOS_LAMBDA(const std::int64_t i) {
-                const double w = static_cast<double>(pv(i));
-                double d = static_cast<double>(gv(i)) + wd * w;
-                if (has_momentum) {
-                  const double b = first ? d : mu * static_cast<double>(bv(i)) + d;
-                  bv(i) = static_cast<T>(b);
-                  d = nesterov ? d + mu * b : b;
-                }
-                pv(i) = static_cast<T>(w - lr * d);
-              });
+          detail::sgd_update(pv, g.local_view(), has_momentum ? state.momentum->local_view() : pv,
+                             has_momentum, t == 1, mu, nesterov, wd, lr_next);
         });
   }
 
@@ -471,34 +636,19 @@ class Adam {
     detail::check_rate("Adam", lr, t_next);
     const double b1 = options_.beta1;
     const double b2 = options_.beta2;
-    const double eps = options_.epsilon;
-    const double wd = options_.weight_decay;
-    const bool decoupled = options_.decoupled_weight_decay;
-    const double c1 = 1 - std::pow(b1, static_cast<double>(t_next));
-    const double c2 = 1 - std::pow(b2, static_cast<double>(t_next));
+    const detail::AdamScalars a{.lr = lr,
+                                .b1 = b1,
+                                .b2 = b2,
+                                .eps = options_.epsilon,
+                                .wd = options_.weight_decay,
+                                .c1 = 1 - std::pow(b1, static_cast<double>(t_next)),
+                                .c2 = 1 - std::pow(b2, static_cast<double>(t_next)),
+                                .decoupled = options_.decoupled_weight_decay};
     driver_.run<detail::AdamState>(
         "Adam", params, grads, [this](const auto& p) { return make_state(p); },
         [&](const auto& p, const auto& g, auto& state, std::int64_t) {
-          using T = typename std::remove_cvref_t<decltype(p)>::value_type;
-          auto pv = p.local_view();
-          auto gv = g.local_view();
-          auto mv = state.m->local_view();
-          auto vv = state.v->local_view();
-          Kokkos::parallel_for(
-              "gshard::nn::Adam", detail::range(detail::extent(pv)),
-              KOKKOS_LAMBDA(const std::int64_t i) {
-                double w = static_cast<double>(pv(i));
-                double d = static_cast<double>(gv(i));
-                if (decoupled)
-                  w *= 1 - lr * wd;
-                else
-                  d += wd * w;
-                const double m = b1 * static_cast<double>(mv(i)) + (1 - b1) * d;
-                const double v = b2 * static_cast<double>(vv(i)) + (1 - b2) * d * d;
-                mv(i) = static_cast<T>(m);
-                vv(i) = static_cast<T>(v);
-                pv(i) = static_cast<T>(w - lr * (m / c1) / (math::sqrt(v / c2) + eps));
-              });
+          detail::adam_update(p.local_view(), g.local_view(), state.m->local_view(),
+                              state.v->local_view(), a);
         });
   }
 
@@ -632,22 +782,20 @@ class Adafactor {
     const auto& mesh = p.mesh();
     const auto pb =
         gshard::detail::block_index(S::layout, p.shape(), mesh.sizes(), mesh.coordinates());
-    auto pv = p.local_view();
-    auto gv = g.local_view();
+    const View<T>& pv = p.local_view();
+    const View<T>& gv = g.local_view();
     const std::int64_t n = detail::extent(pv);
     const double eps1 = options_.epsilon1;
     const double b2 = beta2t;
 
-    // The preconditioned gradient u at local element i, from the state after this step's update.
-    std::int64_t R = 1, C = 1;  // local padded extents of the last two labels
-    View<T> rowv, colv, vv;
-    View<double> row_mean;
-    const bool factored = state.row.has_value();
+    detail::AdafactorPreconditioned<T> u;
+    u.g = gv;
+    u.factored = state.row.has_value();
     if constexpr (S::rank >= 2) {
-      if (factored) {
+      if (u.factored) {
         const Shape local = p.local_shape();
-        R = local[local.size() - 2];
-        C = local[local.size() - 1];
+        const std::int64_t R = local[local.size() - 2];
+        const std::int64_t C = local[local.size() - 1];
         const std::int64_t global_r = p.shape()[p.shape().size() - 2];
         const std::int64_t global_c = p.shape()[p.shape().size() - 1];
         const std::int64_t O = R * C == 0 ? 0 : n / (R * C);
@@ -660,107 +808,43 @@ class Adafactor {
                                                     mesh.coordinates());
         const auto cb = gshard::detail::block_index(Col::layout, state.col->shape(), mesh.sizes(),
                                                     mesh.coordinates());
-        rowv = state.row->local_view();
-        colv = state.col->local_view();
+        const View<T>& rowv = state.row->local_view();
+        const View<T>& colv = state.col->local_view();
         const unsigned r_axes = detail::dim_mask(S::layout, S::rank - 2);
         const unsigned c_axes = detail::dim_mask(S::layout, S::rank - 1);
         // Local sums of g^2 over this rank's valid columns (per row) and rows (per column).
         View<double> row_sum("gshard::nn::Adafactor row sums", O * R);
         View<double> col_sum("gshard::nn::Adafactor column sums", O * C);
-        Kokkos::parallel_for(
-            "gshard::nn::Adafactor row sums", detail::range(O * R),
-            KOKKOS_LAMBDA(const std::int64_t i) {
-              if (rb.global_of(i) < 0) return;
-              double s = 0;
-              for (std::int64_t c = 0; c < valid_c; ++c) {
-                const double x = static_cast<double>(gv(i * C + c));
-                s += x * x;
-              }
-              row_sum(i) = s;
-            });
-        Kokkos::parallel_for(
-            "gshard::nn::Adafactor column sums", detail::range(O * C),
-            KOKKOS_LAMBDA(const std::int64_t j) {
-              if (cb.global_of(j) < 0) return;
-              const std::int64_t o = j / C;
-              const std::int64_t c = j % C;
-              double s = 0;
-              for (std::int64_t r = 0; r < valid_r; ++r) {
-                const double x = static_cast<double>(gv((o * R + r) * C + c));
-                s += x * x;
-              }
-              col_sum(j) = s;
-            });
+        detail::adafactor_row_sums(gv, rb, C, valid_c, row_sum);
+        detail::adafactor_column_sums(gv, cb, R, C, valid_r, col_sum);
         detail::sum_view_over_axes(mesh, c_axes, row_sum);
         detail::sum_view_over_axes(mesh, r_axes, col_sum);
         const double inv_c = 1.0 / static_cast<double>(global_c);
         const double inv_r = 1.0 / static_cast<double>(global_r);
-        Kokkos::parallel_for(
-            "gshard::nn::Adafactor row statistics", detail::range(O * R),
-            KOKKOS_LAMBDA(const std::int64_t i) {
-              if (rb.global_of(i) < 0) return;
-              rowv(i) = static_cast<T>(b2 * static_cast<double>(rowv(i)) +
-                                       (1 - b2) * (row_sum(i) * inv_c + eps1));
-            });
-        Kokkos::parallel_for(
-            "gshard::nn::Adafactor column statistics", detail::range(O * C),
-            KOKKOS_LAMBDA(const std::int64_t j) {
-              if (cb.global_of(j) < 0) return;
-              colv(j) = static_cast<T>(b2 * static_cast<double>(colv(j)) +
-                                       (1 - b2) * (col_sum(j) * inv_r + eps1));
-            });
+        detail::adafactor_statistics("gshard::nn::Adafactor row statistics", O * R, rowv, rb,
+                                     row_sum, inv_c, b2, eps1);
+        detail::adafactor_statistics("gshard::nn::Adafactor column statistics", O * C, colv, cb,
+                                     col_sum, inv_r, b2, eps1);
         // Mean of the row statistics over R (global), per leading index.
-        row_mean = View<double>("gshard::nn::Adafactor row means", O);
-        auto means = row_mean;
-        Kokkos::parallel_for(
-            "gshard::nn::Adafactor row means", detail::range(O),
-            KOKKOS_LAMBDA(const std::int64_t o) {
-              double s = 0;
-              for (std::int64_t r = 0; r < valid_r; ++r)
-                if (rb.global_of(o * R + r) >= 0) s += static_cast<double>(rowv(o * R + r));
-              means(o) = s;
-            });
+        View<double> row_mean("gshard::nn::Adafactor row means", O);
+        detail::adafactor_row_mean_sums(rowv, rb, R, valid_r, row_mean);
         detail::sum_view_over_axes(mesh, r_axes, row_mean);
-        Kokkos::parallel_for(
-            "gshard::nn::Adafactor row means", detail::range(O),
-            KOKKOS_LAMBDA(const std::int64_t o) { means(o) *= inv_r; });
+        detail::adafactor_scale_means(row_mean, inv_r);
+        u.rows = rowv;
+        u.cols = colv;
+        u.means = row_mean;
+        u.RC = R * C;
+        u.C = C;
       }
     }
-    if (!factored) {
-      vv = state.v->local_view();
-      Kokkos::parallel_for(
-          "gshard::nn::Adafactor second moment", detail::range(n),
-          KOKKOS_LAMBDA(const std::int64_t i) {
-            if (pb.global_of(i) < 0) return;
-            const double x = static_cast<double>(gv(i));
-            vv(i) = static_cast<T>(b2 * static_cast<double>(vv(i)) + (1 - b2) * (x * x + eps1));
-          });
+    if (!u.factored) {
+      u.second = state.v->local_view();
+      detail::adafactor_second_moment(n, u.second, gv, pb, b2, eps1);
     }
-    const View<T> rows = rowv, cols = colv, second = vv;
-    const View<double> means = row_mean;
-    const std::int64_t RC = R * C;
-    const std::int64_t Cc = C;
-    auto preconditioned = KOKKOS_LAMBDA(const std::int64_t i)->double {
-      const double x = static_cast<double>(gv(i));
-      if (!factored) return x / math::sqrt(static_cast<double>(second(i)));
-      const std::int64_t o = i / RC;
-      const std::int64_t row = i / Cc;
-      const std::int64_t col = o * Cc + i % Cc;
-      const double r_factor = 1 / math::sqrt(static_cast<double>(rows(row)) / means(o));
-      const double c_factor = 1 / math::sqrt(static_cast<double>(cols(col)));
-      return x * r_factor * c_factor;
-    };
 
     // RMS of u and of the parameter (before the update), global: one AllReduce of 2 doubles.
     double sums[2] = {0, 0};
-    Kokkos::parallel_reduce(
-        "gshard::nn::Adafactor RMS", detail::range(n),
-        KOKKOS_LAMBDA(const std::int64_t i, double& acc) {
-          if (pb.global_of(i) < 0) return;
-          const double u = preconditioned(i);
-          acc += u * u;
-        },
-        sums[0]);
+    sums[0] = detail::adafactor_local_sum_u2(u, pb, n);
     const bool scale = options_.multiply_by_parameter_scale;
     if (scale) sums[1] = detail::local_sum_of_squares(pv);
     detail::sum_over_axes(mesh, detail::split_mask(S::layout), sums, scale ? 2 : 1);
@@ -769,21 +853,10 @@ class Adafactor {
     const double rms_p = std::sqrt(sums[1] / count);
     const double lr = base_lr * (scale ? std::max(options_.epsilon2, rms_p) : 1.0);
     const double step_scale = lr / std::max(1.0, rms_u / options_.clipping_threshold);
-    const double wd = options_.weight_decay;
-    const double b1 = options_.beta1;
     const bool first_moment = state.m.has_value();
-    const View<T> mv = first_moment ? state.m->local_view() : pv;
-    Kokkos::parallel_for(
-        "gshard::nn::Adafactor update", detail::range(n), KOKKOS_LAMBDA(const std::int64_t i) {
-          if (pb.global_of(i) < 0) return;
-          double d = step_scale * preconditioned(i);
-          if (first_moment) {
-            d = b1 * static_cast<double>(mv(i)) + (1 - b1) * d;
-            mv(i) = static_cast<T>(d);
-          }
-          const double w = static_cast<double>(pv(i));
-          pv(i) = static_cast<T>(w - wd * lr * w - d);
-        });
+    const View<T>& mv = first_moment ? state.m->local_view() : pv;
+    detail::adafactor_update(pv, mv, u, pb, step_scale, first_moment, options_.beta1,
+                             options_.weight_decay, lr);
   }
 
   AdafactorOptions options_;

@@ -41,34 +41,34 @@ struct PoolOptions {
 namespace conv_error {
 template <class>
 inline constexpr bool always_false = false;
-template <fixed_string Piece, fixed_string Spec>
+template <auto Piece, auto Spec>
 struct malformed_conv_spec {
   static_assert(always_false<malformed_conv_spec>,
                 "gshard::conv: write \"H:K W:L C->O\" (input spatial label:kernel label, then "
                 "input channel->output channel) or, for pooling, \"HW\"");
 };
-template <fixed_string Label, fixed_string Spec>
+template <auto Label, auto Spec>
 struct label_repeated_in_conv_spec {
   static_assert(always_false<label_repeated_in_conv_spec>,
                 "gshard::conv: a label appears twice in the spec");
 };
-template <fixed_string Label, fixed_string InputSpec>
+template <auto Label, auto InputSpec>
 struct label_not_in_input {
   static_assert(always_false<label_not_in_input>,
                 "gshard::conv/pool: a spatial or input-channel label is not a label of the input");
 };
-template <fixed_string Label, fixed_string InputSpec>
+template <auto Label, auto InputSpec>
 struct output_channel_label_in_input {
   static_assert(always_false<output_channel_label_in_input>,
                 "gshard::conv: the output channel label must be new to the input");
 };
-template <fixed_string Conv, fixed_string WeightSpec>
+template <auto Conv, auto WeightSpec>
 struct weight_labels_differ_from_conv_spec {
   static_assert(always_false<weight_labels_differ_from_conv_spec>,
                 "gshard::conv: the weights' labels must be the output channel, the input channel "
                 "and one kernel label per spatial label, in any order");
 };
-template <fixed_string Spec, int Expected>
+template <auto Spec, int Expected>
 struct wrong_spatial_label_count {
   static_assert(always_false<wrong_spatial_label_count>,
                 "gshard::conv1d needs one \"X:K\" pair, conv2d two");
@@ -735,7 +735,6 @@ void conv_add_box(const T* src, T* dst, const BoxCopy& b) {
         }
         dst[t] += src[s];
       });
-  Kokkos::fence();
 }
 
 /// The adjoint of conv_exchange_halo: `halo` holds a cotangent over the widened block that the
@@ -962,7 +961,6 @@ RuntimeTensor<T> conv_input_cotangent(const ConvSpec& spec, const ConvSaved<T>& 
         }
         dp[e] = acc;
       });
-  Kokkos::fence();
   unsigned partial = detail::axes_of(sv.rules.output.dims[dc]);
   for (int i = 0; i < g.layout.partial_count; ++i)
     partial |= 1u << g.layout.partial[static_cast<std::size_t>(i)];
@@ -1067,7 +1065,6 @@ RuntimeTensor<T> conv_weight_cotangent(const ConvSpec& spec, const ConvSaved<T>&
         }
         dp[e] = acc;
       });
-  Kokkos::fence();
   unsigned partial = partial_mask(xl);
   for (int d = 0; d < rank; ++d)
     if (d != dc) partial |= detail::axes_of(xl.dims[d]);
@@ -1185,7 +1182,6 @@ RuntimeTensor<T> pool_input_cotangent(PoolKind kind, const ConvSpec& spec, const
         }
         dp[e] = acc;
       });
-  Kokkos::fence();
   unsigned partial = 0;
   for (int i = 0; i < g.layout.partial_count; ++i)
     partial |= 1u << g.layout.partial[static_cast<std::size_t>(i)];
@@ -1202,15 +1198,15 @@ constexpr bool conv_spec_ok() {
   } else {
     constexpr auto what = make_fixed<p.offending.size()>(p.offending);
     if constexpr (p.error == ConvSpecError::malformed)
-      return sizeof(conv_error::malformed_conv_spec<what, Spec>) == 0;
+      return sizeof(conv_error::malformed_conv_spec<detail::shown<what>, detail::shown<Spec>>) == 0;
     else
-      return sizeof(conv_error::label_repeated_in_conv_spec<what, Spec>) == 0;
+      return sizeof(conv_error::label_repeated_in_conv_spec<detail::shown<what>, detail::shown<Spec>>) == 0;
   }
 }
 
 template <char Label>
-constexpr fixed_string<2> conv_label_fixed() {
-  fixed_string<2> f;
+constexpr fixed_string conv_label_fixed() {
+  fixed_string f;
   f.data[0] = Label;
   return f;
 }
@@ -1220,7 +1216,7 @@ constexpr bool conv_in_input() {
   if constexpr (X::layout.find(Label) >= 0) {
     return true;
   } else {
-    return sizeof(conv_error::label_not_in_input<conv_label_fixed<Label>(), X::spec>) == 0;
+    return sizeof(conv_error::label_not_in_input<detail::shown<conv_label_fixed<Label>()>, detail::shown<X::spec>>) == 0;
   }
 }
 
@@ -1248,10 +1244,10 @@ constexpr bool conv_operands_ok() {
                            std::make_integer_sequence<int, s.spatial_count>{})) {
     return false;
   } else if constexpr (X::layout.find(s.out_channel) >= 0) {
-    return sizeof(conv_error::output_channel_label_in_input<conv_label_fixed<s.out_channel>(),
-                                                            X::spec>) == 0;
+    return sizeof(conv_error::output_channel_label_in_input<detail::shown<conv_label_fixed<s.out_channel>()>,
+                                                            detail::shown<X::spec>>) == 0;
   } else if constexpr (!weights_match) {
-    return sizeof(conv_error::weight_labels_differ_from_conv_spec<Spec, W::spec>) == 0;
+    return sizeof(conv_error::weight_labels_differ_from_conv_spec<detail::shown<Spec>, detail::shown<W::spec>>) == 0;
   } else {
     return true;
   }
@@ -1262,7 +1258,7 @@ constexpr bool conv_count_ok() {
   if constexpr (Count == 0 || parse_conv(Spec.view()).spec.spatial_count == Count)
     return true;
   else
-    return sizeof(conv_error::wrong_spatial_label_count<Spec, Count>) == 0;
+    return sizeof(conv_error::wrong_spatial_label_count<detail::shown<Spec>, detail::shown<Count>>) == 0;
 }
 
 template <fixed_string Name, fixed_string Spec, int Count, class X, class W>

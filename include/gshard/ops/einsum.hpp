@@ -21,33 +21,33 @@ namespace gshard {
 namespace einsum_error {
 template <class>
 inline constexpr bool always_false = false;
-template <fixed_string Piece, fixed_string Einsum>
+template <auto Piece, auto Einsum>
 struct malformed_einsum {
   static_assert(always_false<malformed_einsum>,
                 "gshard::einsum: write \"ab,bc->ac\" or \"ab->a\" with one-letter labels");
 };
-template <fixed_string Label, fixed_string Einsum>
+template <auto Label, auto Einsum>
 struct label_repeated_in_einsum_term {
   static_assert(always_false<label_repeated_in_einsum_term>,
                 "gshard::einsum: a label appears twice in one operand or in the output");
 };
-template <fixed_string Label, fixed_string Einsum>
+template <auto Label, auto Einsum>
 struct output_label_in_no_operand {
   static_assert(always_false<output_label_in_no_operand>,
                 "gshard::einsum: an output label appears in no operand");
 };
-template <fixed_string EinsumLabels, fixed_string OperandSpec>
+template <auto EinsumLabels, auto OperandSpec>
 struct operand_labels_differ_from_its_spec {
   static_assert(always_false<operand_labels_differ_from_its_spec>,
                 "gshard::einsum: an operand's einsum labels must be the labels of its spec; rename "
                 "them with .as<\"...\">()");
 };
-template <fixed_string Term, fixed_string Einsum>
+template <auto Term, auto Einsum>
 struct more_than_8_labels_in_einsum_term {
   static_assert(always_false<more_than_8_labels_in_einsum_term>,
                 "gshard::einsum: an operand or the output has more than 8 labels");
 };
-template <fixed_string Einsum>
+template <auto Einsum>
 struct wrong_operand_count {
   static_assert(always_false<wrong_operand_count>,
                 "gshard::einsum: the spec's operand count differs from the arguments given");
@@ -64,13 +64,13 @@ constexpr bool check_einsum_spec() {
   } else {
     constexpr auto what = make_fixed<p.offending.size()>(p.offending);
     if constexpr (p.error == EinsumError::malformed)
-      return sizeof(einsum_error::malformed_einsum<what, Einsum>) == 0;
+      return sizeof(einsum_error::malformed_einsum<detail::shown<what>, detail::shown<Einsum>>) == 0;
     else if constexpr (p.error == EinsumError::label_repeated)
-      return sizeof(einsum_error::label_repeated_in_einsum_term<what, Einsum>) == 0;
+      return sizeof(einsum_error::label_repeated_in_einsum_term<detail::shown<what>, detail::shown<Einsum>>) == 0;
     else if constexpr (p.error == EinsumError::too_many_labels)
-      return sizeof(einsum_error::more_than_8_labels_in_einsum_term<what, Einsum>) == 0;
+      return sizeof(einsum_error::more_than_8_labels_in_einsum_term<detail::shown<what>, detail::shown<Einsum>>) == 0;
     else
-      return sizeof(einsum_error::output_label_in_no_operand<what, Einsum>) == 0;
+      return sizeof(einsum_error::output_label_in_no_operand<detail::shown<what>, detail::shown<Einsum>>) == 0;
   }
 }
 
@@ -89,7 +89,7 @@ constexpr bool check_operand() {
     return true;
   } else {
     constexpr auto labels = make_fixed<term.size()>(term);
-    return sizeof(einsum_error::operand_labels_differ_from_its_spec<labels, Operand::spec>) == 0;
+    return sizeof(einsum_error::operand_labels_differ_from_its_spec<detail::shown<labels>, detail::shown<Operand::spec>>) == 0;
   }
 }
 
@@ -276,7 +276,7 @@ constexpr bool einsum_spec_ok() {
   if constexpr (!check_einsum_spec<Einsum>()) {
     return false;
   } else if constexpr (p.spec.operand_count != Operands) {
-    return sizeof(einsum_error::wrong_operand_count<Einsum>) == 0;
+    return sizeof(einsum_error::wrong_operand_count<detail::shown<Einsum>>) == 0;
   } else {
     return true;
   }

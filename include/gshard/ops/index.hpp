@@ -52,6 +52,8 @@
 
 #include "../comm/collectives.hpp"
 #include "../expr/node.hpp"
+#include "../kernels/math.hpp"
+#include "../kernels/rows.hpp"
 #include "../spmd/reshard.hpp"
 #include "../tensor/sharded.hpp"
 
@@ -67,71 +69,71 @@ enum class Bounds {
 namespace index_error {
 template <class>
 inline constexpr bool always_false = false;
-template <fixed_string Label, fixed_string Spec>
+template <auto Label, auto Spec>
 struct label_must_be_one_letter {
   static_assert(always_false<label_must_be_one_letter>,
                 "gshard::take/scatter_add: name the indexed label with one letter, e.g. <\"V\">");
 };
-template <fixed_string Label, fixed_string TableSpec>
+template <auto Label, auto TableSpec>
 struct indexed_label_not_in_table {
   static_assert(always_false<indexed_label_not_in_table>,
                 "gshard::take: the table has no such label (the label, the table's spec)");
 };
-template <fixed_string IndicesSpec>
+template <auto IndicesSpec>
 struct indices_must_be_int32_or_int64 {
   static_assert(always_false<indices_must_be_int32_or_int64>,
                 "gshard::take/scatter_add: the index tensor must hold int32_t or int64_t");
 };
-template <fixed_string Label, fixed_string TableSpec, fixed_string IndicesSpec>
+template <auto Label, auto TableSpec, auto IndicesSpec>
 struct index_label_also_in_table {
   static_assert(always_false<index_label_also_in_table>,
                 "gshard::take: a label of the index tensor is also a table label; rename it with "
                 ".as<\"...\">()");
 };
-template <fixed_string Label, fixed_string ValuesSpec, fixed_string IndicesSpec>
+template <auto Label, auto ValuesSpec, auto IndicesSpec>
 struct index_label_not_in_values {
   static_assert(
       always_false<index_label_not_in_values>,
       "gshard::scatter_add: every label of the index tensor must be a label of the values");
 };
-template <fixed_string Label, fixed_string ValuesSpec>
+template <auto Label, auto ValuesSpec>
 struct scattered_label_already_in_values {
   static_assert(always_false<scattered_label_already_in_values>,
                 "gshard::scatter_add: the values already have the label scattered into");
 };
-template <fixed_string TableSpec, fixed_string IndicesSpec>
+template <auto TableSpec, auto IndicesSpec>
 struct result_has_more_than_8_labels {
   static_assert(always_false<result_has_more_than_8_labels>,
                 "gshard::take: the result would have more than 8 labels");
 };
-template <fixed_string Label, fixed_string TableSpec>
+template <auto Label, auto TableSpec>
 struct along_label_not_in_table {
   static_assert(always_false<along_label_not_in_table>,
                 "gshard::take_along: the table has no such label (the label, the table's spec)");
 };
-template <fixed_string Label, fixed_string IndicesSpec>
+template <auto Label, auto IndicesSpec>
 struct along_label_in_indices {
   static_assert(always_false<along_label_in_indices>,
                 "gshard::take_along/scatter_add_along: the indexed label must not be a label of "
                 "the index tensor");
 };
-template <fixed_string Label, fixed_string ValuesSpec>
+template <auto Label, auto ValuesSpec>
 struct along_label_already_in_values {
   static_assert(always_false<along_label_already_in_values>,
                 "gshard::scatter_add_along: the values already have the label scattered into");
 };
-template <fixed_string Label, fixed_string ValuesSpec, fixed_string IndicesSpec>
+template <auto Label, auto ValuesSpec, auto IndicesSpec>
 struct along_index_label_not_in_values {
   static_assert(always_false<along_index_label_not_in_values>,
                 "gshard::scatter_add_along: every label of the index tensor must be a label of "
                 "the values");
 };
-template <fixed_string Label, fixed_string Batch, fixed_string IndicesSpec>
+template <auto Label, auto Batch, auto IndicesSpec>
 struct along_batch_label_not_in_indices {
   static_assert(always_false<along_batch_label_not_in_indices>,
                 "gshard::scatter_add_along: every batch label must be a label of the index tensor");
 };
-template <fixed_string First, fixed_string Second>
+template <auto First, auto Second>
 struct along_result_has_more_than_8_labels {
   static_assert(always_false<along_result_has_more_than_8_labels>,
                 "gshard::take_along/scatter_add_along: the result would have more than 8 labels");
@@ -448,10 +450,36 @@ inline RowShape row_shape(const GatherMap& m) {
   return {m.extent[last], m.valid[last], m.a_stride[last], m.b_stride[last]};
 }
 
-/// The lookup loop of take and take_along: every element of a local block of `size` elements is
-/// written (padding zero); an element reads the index at its a-offset and the table row at its
-/// b-offset plus (index - v_offset) * v_stride, or is zero when the index falls outside this
-/// rank's [0, v_valid) of the indexed label (another copy holds it, or it is negative: no row).
+/// The lookup of take and take_along, row by row (kernels/rows.hpp): every element of a local
+/// block is written (padding zero); an element reads the index at its a-offset and the table row
+/// at its b-offset plus (index - v_offset) * v_stride, or is zero when the index falls outside
+/// this rank's [0, v_valid) of the indexed label (another copy holds it, or it is negative).
+template <class T, class I>
+struct GatherRows {
+  GatherMap m;
+  RowShape r;
+  Kokkos::View<I*> iv;
+  Kokkos::View<T*> tv, o;
+  struct State {
+    std::int64_t row, ia, ib;
+    bool pad;
+  };
+  KOKKOS_INLINE_FUNCTION State begin(const std::int64_t row) const {
+    State s{row, 0, 0, false};
+    s.pad = decode_row(m, row, s.ia, s.ib);
+    return s;
+  }
+  KOKKOS_INLINE_FUNCTION std::int64_t length(const State&) const { return r.inner; }
+  KOKKOS_INLINE_FUNCTION void element(const State& s, const std::int64_t j) const {
+    T value{};
+    if (!s.pad && j < r.valid) {
+      const std::int64_t v = static_cast<std::int64_t>(iv(s.ia + j * r.a_stride)) - m.v_offset;
+      if (v >= 0 && v < m.v_valid) value = tv(s.ib + j * r.b_stride + v * m.v_stride);
+    }
+    o(s.row * r.inner + j) = value;
+  }
+};
+
 template <class T, class I>
 Kokkos::View<T*> gather(const char* name, const GatherMap& m, std::int64_t size,
                         const Kokkos::View<I*>& iv, const Kokkos::View<T*>& tv) {
@@ -459,50 +487,47 @@ Kokkos::View<T*> gather(const char* name, const GatherMap& m, std::int64_t size,
                      static_cast<std::size_t>(size));
   const RowShape r = row_shape(m);
   const std::int64_t rows = r.inner > 0 ? size / r.inner : 0;
-  Kokkos::parallel_for(
-      name, Kokkos::RangePolicy<>(0, rows), KOKKOS_LAMBDA(const std::int64_t row) {
-        std::int64_t ia = 0, ib = 0;
-        const bool pad = decode_row(m, row, ia, ib);
-        for (std::int64_t j = 0; j < r.inner; ++j) {
-          T value{};
-          if (!pad && j < r.valid) {
-            const std::int64_t v = static_cast<std::int64_t>(iv(ia + j * r.a_stride)) - m.v_offset;
-            if (v >= 0 && v < m.v_valid) value = tv(ib + j * r.b_stride + v * m.v_stride);
-          }
-          o(row * r.inner + j) = value;
-        }
-      });
-  Kokkos::fence();
+  for_each_row(name, rows, GatherRows<T, I>{m, r, iv, tv, o});
   return o;
 }
 
-/// The loop of scatter_add and scatter_add_along over a local block of `size` values: each
-/// valid value is added at its b-offset plus (index - v_offset) * v_stride of `o` when the index
-/// at its a-offset falls in this rank's [0, v_valid) (negative indices add nothing). Rows may
-/// add into the same place: atomics, except on the Serial backend, which runs them in turn.
+/// The adds of scatter_add and scatter_add_along, row by row: each valid value is added at its
+/// b-offset plus (index - v_offset) * v_stride of `o` when the index at its a-offset falls in
+/// this rank's [0, v_valid) (negative indices add nothing). Rows may add into the same place:
+/// detail::add_to (atomic, except on the Serial backend, which runs them in turn).
+template <class T, class I>
+struct ScatterRows {
+  GatherMap m;
+  RowShape r;
+  Kokkos::View<T*> o;
+  Kokkos::View<I*> iv;
+  Kokkos::View<T*> vv;
+  struct State {
+    std::int64_t row, ia, ib;
+    bool pad;
+  };
+  KOKKOS_INLINE_FUNCTION State begin(const std::int64_t row) const {
+    State s{row, 0, 0, false};
+    s.pad = decode_row(m, row, s.ia, s.ib);
+    return s;
+  }
+  KOKKOS_INLINE_FUNCTION std::int64_t length(const State& s) const {
+    return s.pad ? 0 : r.valid;  // padding adds nothing
+  }
+  KOKKOS_INLINE_FUNCTION void element(const State& s, const std::int64_t j) const {
+    const std::int64_t v = static_cast<std::int64_t>(iv(s.ia + j * r.a_stride)) - m.v_offset;
+    if (v < 0 || v >= m.v_valid) return;
+    add_to(o(s.ib + j * r.b_stride + v * m.v_stride), vv(s.row * r.inner + j));
+  }
+};
+
 template <class T, class I>
 void scatter_into(const char* name, const GatherMap& m, std::int64_t size,
                   const Kokkos::View<T*>& o, const Kokkos::View<I*>& iv,
                   const Kokkos::View<T*>& vv) {
   const RowShape r = row_shape(m);
   const std::int64_t rows = r.inner > 0 ? size / r.inner : 0;
-  Kokkos::parallel_for(
-      name, Kokkos::RangePolicy<>(0, rows), KOKKOS_LAMBDA(const std::int64_t row) {
-        std::int64_t ia = 0, ib = 0;
-        if (decode_row(m, row, ia, ib)) return;  // padding adds nothing
-        for (std::int64_t j = 0; j < r.valid; ++j) {
-          const std::int64_t v = static_cast<std::int64_t>(iv(ia + j * r.a_stride)) - m.v_offset;
-          if (v < 0 || v >= m.v_valid) continue;
-          T& target = o(ib + j * r.b_stride + v * m.v_stride);
-#if defined(KOKKOS_ENABLE_SERIAL)
-          if constexpr (std::is_same_v<Kokkos::DefaultExecutionSpace, Kokkos::Serial>)
-            target += vv(row * r.inner + j);
-          else
-#endif
-            Kokkos::atomic_add(&target, vv(row * r.inner + j));
-        }
-      });
-  Kokkos::fence();
+  for_each_row(name, rows, ScatterRows<T, I>{m, r, o, iv, vv});
 }
 
 }  // namespace index_ops
@@ -844,16 +869,16 @@ inline constexpr bool is_index_type_v =
 template <fixed_string Label, class Indices>
 constexpr bool check_index_operands_common() {
   if constexpr (Label.size() != 1) {
-    return sizeof(index_error::label_must_be_one_letter<Label, Indices::spec>) == 0;
+    return sizeof(index_error::label_must_be_one_letter<detail::shown<Label>, detail::shown<Indices::spec>>) == 0;
   } else if constexpr (!is_index_type_v<typename Indices::value_type>) {
-    return sizeof(index_error::indices_must_be_int32_or_int64<Indices::spec>) == 0;
+    return sizeof(index_error::indices_must_be_int32_or_int64<detail::shown<Indices::spec>>) == 0;
   } else {
     return true;
   }
 }
 
-constexpr fixed_string<2> one_letter(char c) {
-  fixed_string<2> s;
+constexpr fixed_string one_letter(char c) {
+  fixed_string s;
   s.data[0] = c;
   return s;
 }
@@ -870,13 +895,13 @@ constexpr bool check_take() {
   if constexpr (!check_index_operands_common<Label, Indices>()) {
     return false;
   } else if constexpr (Table::layout.find(Label.data[0]) < 0) {
-    return sizeof(index_error::indexed_label_not_in_table<Label, Table::spec>) == 0;
+    return sizeof(index_error::indexed_label_not_in_table<detail::shown<Label>, detail::shown<Table::spec>>) == 0;
   } else if constexpr (first_shared_label<Table, Indices>() >= 0) {
     constexpr char c = Indices::layout.dims[first_shared_label<Table, Indices>()].label;
-    constexpr fixed_string<2> l = one_letter(c);
-    return sizeof(index_error::index_label_also_in_table<l, Table::spec, Indices::spec>) == 0;
+    constexpr fixed_string l = one_letter(c);
+    return sizeof(index_error::index_label_also_in_table<detail::shown<l>, detail::shown<Table::spec>, detail::shown<Indices::spec>>) == 0;
   } else if constexpr (Table::layout.rank + Indices::layout.rank - 1 > max_dims) {
-    return sizeof(index_error::result_has_more_than_8_labels<Table::spec, Indices::spec>) == 0;
+    return sizeof(index_error::result_has_more_than_8_labels<detail::shown<Table::spec>, detail::shown<Indices::spec>>) == 0;
   } else {
     return true;
   }
@@ -894,11 +919,11 @@ constexpr bool check_scatter() {
   if constexpr (!check_index_operands_common<Label, Indices>()) {
     return false;
   } else if constexpr (Values::layout.find(Label.data[0]) >= 0) {
-    return sizeof(index_error::scattered_label_already_in_values<Label, Values::spec>) == 0;
+    return sizeof(index_error::scattered_label_already_in_values<detail::shown<Label>, detail::shown<Values::spec>>) == 0;
   } else if constexpr (first_missing_label<Values, Indices>() >= 0) {
     constexpr char c = Indices::layout.dims[first_missing_label<Values, Indices>()].label;
-    constexpr fixed_string<2> l = one_letter(c);
-    return sizeof(index_error::index_label_not_in_values<l, Values::spec, Indices::spec>) == 0;
+    constexpr fixed_string l = one_letter(c);
+    return sizeof(index_error::index_label_not_in_values<detail::shown<l>, detail::shown<Values::spec>, detail::shown<Indices::spec>>) == 0;
   } else {
     return true;
   }
@@ -909,11 +934,11 @@ constexpr bool check_take_along() {
   if constexpr (!check_index_operands_common<Label, Indices>()) {
     return false;
   } else if constexpr (Table::layout.find(Label.data[0]) < 0) {
-    return sizeof(index_error::along_label_not_in_table<Label, Table::spec>) == 0;
+    return sizeof(index_error::along_label_not_in_table<detail::shown<Label>, detail::shown<Table::spec>>) == 0;
   } else if constexpr (Indices::layout.find(Label.data[0]) >= 0) {
-    return sizeof(index_error::along_label_in_indices<Label, Indices::spec>) == 0;
+    return sizeof(index_error::along_label_in_indices<detail::shown<Label>, detail::shown<Indices::spec>>) == 0;
   } else if constexpr (!take_along_layouts(Table::layout, Indices::layout, Label.data[0]).ok) {
-    return sizeof(index_error::along_result_has_more_than_8_labels<Table::spec, Indices::spec>) ==
+    return sizeof(index_error::along_result_has_more_than_8_labels<detail::shown<Table::spec>, detail::shown<Indices::spec>>) ==
            0;
   } else {
     return true;
@@ -932,20 +957,20 @@ constexpr bool check_scatter_along() {
   if constexpr (!check_index_operands_common<Label, Indices>()) {
     return false;
   } else if constexpr (Values::layout.find(Label.data[0]) >= 0) {
-    return sizeof(index_error::along_label_already_in_values<Label, Values::spec>) == 0;
+    return sizeof(index_error::along_label_already_in_values<detail::shown<Label>, detail::shown<Values::spec>>) == 0;
   } else if constexpr (first_missing_label<Values, Indices>() >= 0) {
     constexpr char c = Indices::layout.dims[first_missing_label<Values, Indices>()].label;
-    constexpr fixed_string<2> l = one_letter(c);
-    return sizeof(index_error::along_index_label_not_in_values<l, Values::spec, Indices::spec>) ==
+    constexpr fixed_string l = one_letter(c);
+    return sizeof(index_error::along_index_label_not_in_values<detail::shown<l>, detail::shown<Values::spec>, detail::shown<Indices::spec>>) ==
            0;
   } else if constexpr (first_batch_label_missing<Batch, Indices>() >= 0) {
-    constexpr fixed_string<2> l =
+    constexpr fixed_string l =
         one_letter(Batch.data[first_batch_label_missing<Batch, Indices>()]);
-    return sizeof(index_error::along_batch_label_not_in_indices<l, Batch, Indices::spec>) == 0;
+    return sizeof(index_error::along_batch_label_not_in_indices<detail::shown<l>, detail::shown<Batch>, detail::shown<Indices::spec>>) == 0;
   } else if constexpr (!scatter_along_layouts(Values::layout, Indices::layout, Label.data[0],
                                               Batch.view())
                             .ok) {
-    return sizeof(index_error::along_result_has_more_than_8_labels<Values::spec, Indices::spec>) ==
+    return sizeof(index_error::along_result_has_more_than_8_labels<detail::shown<Values::spec>, detail::shown<Indices::spec>>) ==
            0;
   } else {
     return true;
@@ -987,8 +1012,8 @@ auto take(const Table& table, const Indices& indices,
       const std::int64_t n = t.shape[static_cast<std::size_t>(t.layout.find(label))];
       detail::record(mesh, r, std::string("take<\"") + label + "\">", where, {t.grad},
                      [used, n, vdim, m = mesh](const detail::RuntimeTensor<T>& g) {
-                       return detail::Cotangents{detail::AnyTensor(
-                           detail::take_cotangent<T, I>(label, n, vdim, used, g, m.state()))};
+                       return detail::Cotangents{detail::AnyTensor(detail::take_cotangent<T, I>(
+                           Label.data[0], n, vdim, used, g, m.state()))};
                      });
     }
     return detail::sharded_from<Sharded<T, MeshT, detail::spec_of<MeshT, L.output>()>>(mesh, r);

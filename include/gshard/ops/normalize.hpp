@@ -26,6 +26,7 @@
 
 #include "../expr/node.hpp"
 #include "../kernels/math.hpp"
+#include "../kernels/rows.hpp"
 #include "reduce.hpp"
 
 namespace gshard {
@@ -33,23 +34,23 @@ namespace gshard {
 namespace normalize_error {
 template <class>
 inline constexpr bool always_false = false;
-template <fixed_string Op, fixed_string Label, fixed_string InputSpec>
+template <auto Op, auto Label, auto InputSpec>
 struct label_not_in_input {
   static_assert(always_false<label_not_in_input>,
                 "gshard normalisation: the label is not a label of the input (op, label, input "
                 "spec: the arguments above)");
 };
-template <fixed_string Op, fixed_string Labels>
+template <auto Op, auto Labels>
 struct give_exactly_one_label {
   static_assert(always_false<give_exactly_one_label>,
                 "gshard normalisation: normalise over exactly one label, e.g. softmax<\"S\">(x)");
 };
-template <fixed_string Op, fixed_string InputSpec>
+template <auto Op, auto InputSpec>
 struct needs_floating_point {
   static_assert(always_false<needs_floating_point>,
                 "gshard normalisation: needs float or double elements");
 };
-template <fixed_string Op, fixed_string Label, fixed_string ParameterSpec>
+template <auto Op, auto Label, auto ParameterSpec>
 struct gain_or_bias_labels_differ_from_the_label {
   static_assert(always_false<gain_or_bias_labels_differ_from_the_label>,
                 "gshard normalisation: a gain or bias must have exactly one label, the normalised "
@@ -116,6 +117,64 @@ struct NormStats {
 /// The whole sharded normalisation on run-time layouts (the typed API and the property tests
 /// both run this). `gain` and `bias` may be null. Collective over the mesh. `stats` (optional,
 /// layer_norm and rms_norm) receives each row's shift and scale for the backward pass.
+/// The row kernel of normalize_runtime (kernels/rows.hpp): a row's statistics folded into one
+/// scale and one shift, then every element of the row over the label's padded extent written
+/// once (padding with 0).
+template <class T>
+struct NormalizeRows {
+  Normalization kind;
+  ReduceShape rs;
+  std::int64_t label_valid, label_stride, label_ext;
+  T count, eps;
+  Kokkos::View<T*> s1, s2, xv, y, g, b;
+  bool has_gain, has_bias, keep;
+  Kokkos::View<T*> kept_shift, kept_scale;
+  struct State {
+    std::int64_t row, base, valid;
+    T shift, scale;
+  };
+  KOKKOS_INLINE_FUNCTION State begin(const std::int64_t row) const {
+    bool pad = false;
+    State s{row, rs.row_base(row, pad), 0, T{}, static_cast<T>(1)};
+    s.valid = pad ? 0 : label_valid;
+    switch (kind) {
+      case Normalization::softmax:
+      case Normalization::log_softmax:
+        s.shift = s1(row) == ReduceKind<LocalReduce::max, T>::lowest() ? T{} : s1(row);
+        if (kind == Normalization::softmax)
+          s.scale = static_cast<T>(1) / s2(row);
+        else
+          s.shift += math::log(s2(row));
+        break;
+      case Normalization::layer_norm:
+        s.shift = s1(row);
+        s.scale = static_cast<T>(1) / math::sqrt(s2(row) / count + eps);
+        break;
+      case Normalization::rms_norm:
+        s.scale = static_cast<T>(1) / math::sqrt(s1(row) / count + eps);
+        break;
+    }
+    return s;
+  }
+  KOKKOS_INLINE_FUNCTION std::int64_t length(const State&) const { return label_ext; }
+  KOKKOS_INLINE_FUNCTION void element(const State& s, const std::int64_t l) const {
+    if (keep && l == 0) {  // one writer per row
+      kept_shift(s.row) = s.shift;
+      kept_scale(s.row) = s.scale;
+    }
+    const std::int64_t at = s.base + l * label_stride;
+    if (l >= s.valid) {
+      y(at) = T{};
+      return;
+    }
+    T r = kind == Normalization::softmax ? math::exp(xv(at) - s.shift) * s.scale
+                                         : (xv(at) - s.shift) * s.scale;
+    if (has_gain) r *= g(l);
+    if (has_bias) r += b(l);
+    y(at) = r;
+  }
+};
+
 template <class T>
 RuntimeTensor<T> normalize_runtime(Normalization kind, char label, const MeshState& mesh,
                                    const std::vector<std::string>& axis_names,
@@ -161,7 +220,6 @@ RuntimeTensor<T> normalize_runtime(Normalization kind, char label, const MeshSta
       Kokkos::parallel_for(
           "gshard::layer_norm mean", Kokkos::RangePolicy<>(0, rs.out_size),
           KOKKOS_LAMBDA(const std::int64_t i) { s1(i) /= count; });
-      Kokkos::fence();
       local_reduce<T>(LocalReduce::sumsqdev, rs, x.data, s2, s1, no_index);
       all_reduce_axes(s2, ReduceOp::sum, mesh, mask, axis_names);
       break;
@@ -192,55 +250,10 @@ RuntimeTensor<T> normalize_runtime(Normalization kind, char label, const MeshSta
     stats->gain = g;
     stats->has_gain = has_gain;
   }
-  const T e = static_cast<T>(eps);
-  const T lowest = -std::numeric_limits<T>::infinity();
-  Kokkos::parallel_for(
-      "gshard::normalize", Kokkos::RangePolicy<>(0, rs.out_size),
-      KOKKOS_LAMBDA(const std::int64_t row) {
-        std::int64_t rest = row;
-        std::int64_t base = 0;
-        bool pad = false;
-        for (int d = rs.kept - 1; d >= 0; --d) {
-          const std::int64_t i = rest % rs.kept_ext[d];
-          rest /= rs.kept_ext[d];
-          pad = pad || i >= rs.kept_valid[d];
-          base += i * rs.kept_stride[d];
-        }
-        const std::int64_t valid = pad ? 0 : label_valid;
-        T shift{};
-        T scale = static_cast<T>(1);
-        switch (kind) {
-          case Normalization::softmax:
-          case Normalization::log_softmax:
-            shift = s1(row) == lowest ? T{} : s1(row);
-            if (kind == Normalization::softmax)
-              scale = static_cast<T>(1) / s2(row);
-            else
-              shift += math::log(s2(row));
-            break;
-          case Normalization::layer_norm:
-            shift = s1(row);
-            scale = static_cast<T>(1) / math::sqrt(s2(row) / count + e);
-            break;
-          case Normalization::rms_norm:
-            scale = static_cast<T>(1) / math::sqrt(s1(row) / count + e);
-            break;
-        }
-        if (keep) {
-          kept_shift(row) = shift;
-          kept_scale(row) = scale;
-        }
-        for (std::int64_t l = 0; l < valid; ++l) {
-          const std::int64_t at = base + l * label_stride;
-          T r = kind == Normalization::softmax ? math::exp(xv(at) - shift) * scale
-                                               : (xv(at) - shift) * scale;
-          if (has_gain) r *= g(l);
-          if (has_bias) r += b(l);
-          y(at) = r;
-        }
-        for (std::int64_t l = valid; l < label_ext; ++l) y(base + l * label_stride) = T{};
-      });
-  Kokkos::fence();
+  for_each_row("gshard::normalize", rs.out_size,
+               NormalizeRows<T>{kind, rs, label_valid, label_stride, label_ext, count,
+                                static_cast<T>(eps), s1, s2, xv, y, g, b, has_gain, has_bias,
+                                keep, kept_shift, kept_scale});
   return out;
 }
 
@@ -281,9 +294,66 @@ RuntimeTensor<T> softmax_cotangent(bool log, char label, const RuntimeTensor<T>&
       "gshard::softmax_grad", Kokkos::RangePolicy<>(0, n), KOKKOS_LAMBDA(std::size_t i) {
         out(i) = log ? gv(i) - real(i) * math::exp(yv(i)) * sv(i) : yv(i) * (gv(i) - sv(i));
       });
-  Kokkos::fence();
   return RuntimeTensor<T>(g.layout, g.shape, out, ReduceOp::sum);
 }
+
+/// The row kernels of layer_norm_cotangents (kernels/rows.hpp). As a reduction: per row the
+/// sums of gh and gh xhat (gh = g * gain), writing g xhat for dgain on the way; as a row loop:
+/// dx = scale (gh - mean(gh) - xhat mean(gh xhat)) once the sums are complete.
+template <class T>
+struct LayerNormGradRows {
+  ReduceShape rs;
+  std::int64_t label_valid, label_stride, rows;
+  T count;
+  bool rms, has_gain, need_gx;
+  Kokkos::View<T*> gv, xv, shift, scale, gain, gx, sums, dx;
+  struct Reduce {
+    struct Acc {
+      T gh, ghx;
+    };
+    KOKKOS_INLINE_FUNCTION static Acc identity() { return {T{}, T{}}; }
+    KOKKOS_INLINE_FUNCTION static void combine(Acc& d, const Acc& s) {
+      d.gh += s.gh;
+      d.ghx += s.ghx;
+    }
+  };
+  using Acc = typename Reduce::Acc;
+  struct State {
+    std::int64_t row, base;
+    bool pad;
+  };
+  KOKKOS_INLINE_FUNCTION State begin(const std::int64_t row) const {
+    State s{row, 0, false};
+    s.base = rs.row_base(row, s.pad);
+    return s;
+  }
+  KOKKOS_INLINE_FUNCTION std::int64_t length(const State& s) const {
+    return s.pad ? 0 : label_valid;
+  }
+  KOKKOS_INLINE_FUNCTION T xhat(const State& s, const std::int64_t at) const {
+    return (xv(at) - shift(s.row)) * scale(s.row);
+  }
+  KOKKOS_INLINE_FUNCTION T gh(const std::int64_t at, const std::int64_t l) const {
+    return has_gain ? gv(at) * gain(l) : gv(at);
+  }
+  KOKKOS_INLINE_FUNCTION Acc term(const State& s, const std::int64_t l) const {
+    const std::int64_t at = s.base + l * label_stride;
+    const T xh = xhat(s, at);
+    const T h = gh(at, l);
+    if (need_gx) gx(at) = gv(at) * xh;
+    return {h, h * xh};
+  }
+  KOKKOS_INLINE_FUNCTION void finish(const std::int64_t row, const State&, const Acc& acc) const {
+    sums(row) = acc.gh;
+    sums(rows + row) = acc.ghx;
+  }
+  KOKKOS_INLINE_FUNCTION void element(const State& s, const std::int64_t l) const {
+    const T mean_gh = rms ? T{} : sums(s.row) / count;
+    const T mean_ghx = sums(rows + s.row) / count;
+    const std::int64_t at = s.base + l * label_stride;
+    dx(at) = scale(s.row) * (gh(at, l) - mean_gh - xhat(s, at) * mean_ghx);
+  }
+};
 
 /// The gradients of layer_norm / rms_norm (see the top of the file) from the result's cotangent
 /// g: {dx, dgain, dbias}, each only where `want` asks (that input is tracked). `x`: the finished
@@ -313,57 +383,14 @@ Cotangents layer_norm_cotangents(bool rms, char label, const RuntimeTensor<T>& x
   // g xhat for dgain; zero-filled so that padding stays zero.
   Kokkos::View<T*> gx("gshard::layer_norm_grad g xhat", want[1] ? n : 0);
   Kokkos::View<T*> dx("gshard::layer_norm_grad", want[0] ? n : 0);
-  auto row_base = [=](std::int64_t row, bool& pad) {
-    std::int64_t rest = row;
-    std::int64_t base = 0;
-    pad = false;
-    for (int d = rs.kept - 1; d >= 0; --d) {
-      const std::int64_t i = rest % rs.kept_ext[d];
-      rest /= rs.kept_ext[d];
-      pad = pad || i >= rs.kept_valid[d];
-      base += i * rs.kept_stride[d];
-    }
-    return base;
-  };
   const bool need_gx = want[1];
-  Kokkos::parallel_for(
-      "gshard::layer_norm_grad sums", Kokkos::RangePolicy<>(0, rows),
-      KOKKOS_LAMBDA(const std::int64_t row) {
-        bool pad = false;
-        const std::int64_t base = row_base(row, pad);
-        if (pad) return;
-        T a{}, b{};
-        for (std::int64_t l = 0; l < label_valid; ++l) {
-          const std::int64_t at = base + l * label_stride;
-          const T xhat = (xv(at) - shift(row)) * scale(row);
-          const T gh = has_gain ? gv(at) * gain(l) : gv(at);
-          a += gh;
-          b += gh * xhat;
-          if (need_gx) gx(at) = gv(at) * xhat;
-        }
-        sums(row) = a;
-        sums(rows + row) = b;
-      });
-  Kokkos::fence();
+  const LayerNormGradRows<T> k{rs,   label_valid, label_stride, rows, count, rms,  has_gain,
+                               need_gx, gv, xv, shift, scale, gain, gx, sums, dx};
+  reduce_rows("gshard::layer_norm_grad sums", rows, k);
   Cotangents out(3);
   if (want[0]) {
     all_reduce_axes(sums, ReduceOp::sum, mesh, mask, axis_names);
-    Kokkos::parallel_for(
-        "gshard::layer_norm_grad", Kokkos::RangePolicy<>(0, rows),
-        KOKKOS_LAMBDA(const std::int64_t row) {
-          bool pad = false;
-          const std::int64_t base = row_base(row, pad);
-          if (pad) return;
-          const T mean_gh = rms ? T{} : sums(row) / count;
-          const T mean_ghx = sums(rows + row) / count;
-          for (std::int64_t l = 0; l < label_valid; ++l) {
-            const std::int64_t at = base + l * label_stride;
-            const T xhat = (xv(at) - shift(row)) * scale(row);
-            const T gh = has_gain ? gv(at) * gain(l) : gv(at);
-            dx(at) = scale(row) * (gh - mean_gh - xhat * mean_ghx);
-          }
-        });
-    Kokkos::fence();
+    for_each_row("gshard::layer_norm_grad", rows, k);
     out[0] = AnyTensor(RuntimeTensor<T>(g.layout, g.shape, dx, ReduceOp::sum));
   }
   const Layout pl = parameter_layout(x.layout, label);
@@ -379,7 +406,7 @@ template <fixed_string Op, fixed_string Label, class P>
 constexpr bool parameter_ok() {
   constexpr Layout pl = P::layout;
   if constexpr (pl.rank != 1 || pl.dims[0].label != Label.view()[0]) {
-    return sizeof(normalize_error::gain_or_bias_labels_differ_from_the_label<Op, Label, P::spec>) ==
+    return sizeof(normalize_error::gain_or_bias_labels_differ_from_the_label<detail::shown<Op>, detail::shown<Label>, detail::shown<P::spec>>) ==
            0;
   } else {
     return true;
@@ -389,11 +416,11 @@ constexpr bool parameter_ok() {
 template <fixed_string Op, fixed_string Label, class E, class... P>
 constexpr bool normalize_ok() {
   if constexpr (Label.view().size() != 1) {
-    return sizeof(normalize_error::give_exactly_one_label<Op, Label>) == 0;
+    return sizeof(normalize_error::give_exactly_one_label<detail::shown<Op>, detail::shown<Label>>) == 0;
   } else if constexpr (E::layout.find(Label.view()[0]) < 0) {
-    return sizeof(normalize_error::label_not_in_input<Op, Label, E::spec>) == 0;
+    return sizeof(normalize_error::label_not_in_input<detail::shown<Op>, detail::shown<Label>, detail::shown<E::spec>>) == 0;
   } else if constexpr (!std::is_floating_point_v<typename E::value_type>) {
-    return sizeof(normalize_error::needs_floating_point<Op, E::spec>) == 0;
+    return sizeof(normalize_error::needs_floating_point<detail::shown<Op>, detail::shown<E::spec>>) == 0;
   } else {
     return (parameter_ok<Op, Label, P>() && ...);
   }

@@ -34,7 +34,7 @@ namespace gshard {
 namespace random_error {
 template <class>
 inline constexpr bool always_false = false;
-template <fixed_string Op, fixed_string Spec>
+template <auto Op, auto Spec>
 struct needs_floating_point {
   static_assert(always_false<needs_floating_point>,
                 "gshard random op: the tensor must hold float or double (the op, the spec)");
@@ -158,7 +158,7 @@ constexpr bool check_floating() {
   if constexpr (std::is_floating_point_v<typename E::value_type>)
     return true;
   else
-    return sizeof(random_error::needs_floating_point<Op, E::spec>) == 0;
+    return sizeof(random_error::needs_floating_point<detail::shown<Op>, detail::shown<E::spec>>) == 0;
 }
 
 template <class E>

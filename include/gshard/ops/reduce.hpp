@@ -19,6 +19,7 @@
 #include "../expr/contraction.hpp"
 #include "../expr/node.hpp"
 #include "../kernels/math.hpp"
+#include "../kernels/rows.hpp"
 #include "../spmd/reshard.hpp"
 #include "../tensor/sharded.hpp"
 
@@ -27,23 +28,23 @@ namespace gshard {
 namespace reduce_error {
 template <class>
 inline constexpr bool always_false = false;
-template <fixed_string Op, fixed_string Label, fixed_string InputSpec>
+template <auto Op, auto Label, auto InputSpec>
 struct label_not_in_input {
   static_assert(always_false<label_not_in_input>,
                 "gshard reduction: a reduced label is not a label of the input (op, label, "
                 "input spec: the arguments above)");
 };
-template <fixed_string Op, fixed_string Label, fixed_string Labels>
+template <auto Op, auto Label, auto Labels>
 struct label_repeated {
   static_assert(always_false<label_repeated>,
                 "gshard reduction: a label appears twice in the labels to reduce over");
 };
-template <fixed_string Op, fixed_string InputSpec>
+template <auto Op, auto InputSpec>
 struct no_labels_to_reduce {
   static_assert(always_false<no_labels_to_reduce>,
                 "gshard reduction: give at least one label to reduce over, e.g. sum<\"S\">(x)");
 };
-template <fixed_string Op, fixed_string InputSpec>
+template <auto Op, auto InputSpec>
 struct needs_floating_point {
   static_assert(always_false<needs_floating_point>,
                 "gshard reduction: mean, logsumexp and norm need float or double elements");
@@ -139,6 +140,19 @@ struct ReduceShape {
   std::int64_t out_size = 1;             // padded kept block
   std::int64_t red_count = 1;            // valid reduced elements on this rank
   std::int64_t global_count = 1;         // reduced elements in the global tensor
+
+  /// The input offset of kept row `row`; `pad` says whether the row is padding.
+  KOKKOS_INLINE_FUNCTION std::int64_t row_base(std::int64_t row, bool& pad) const {
+    std::int64_t base = 0;
+    pad = false;
+    for (int d = kept - 1; d >= 0; --d) {
+      const std::int64_t i = row % kept_ext[d];
+      row /= kept_ext[d];
+      pad = pad || i >= kept_valid[d];
+      base += i * kept_stride[d];
+    }
+    return base;
+  }
 };
 
 inline ReduceShape reduce_shape(const Layout& l, const Shape& shape, const MeshState& mesh,
@@ -179,6 +193,151 @@ inline ReduceShape reduce_shape(const Layout& l, const Shape& shape, const MeshS
 
 enum class LocalReduce { sum, max, min, sumsq, sumexp, sumsqdev, argmax, argmin };
 
+/// The accumulator of a reduction kind: identity and combination (kernels/rows.hpp). Arg-max/min
+/// carry the winner's global flat index: the smallest on ties, so the result does not depend on
+/// the order in which a team combines.
+template <LocalReduce K, class T>
+struct ReduceKind {
+  static constexpr bool arg = K == LocalReduce::argmax || K == LocalReduce::argmin;
+  static constexpr std::int64_t none = std::numeric_limits<std::int64_t>::max();
+  struct ArgAcc {
+    T value;
+    std::int64_t index;
+  };
+  using Acc = std::conditional_t<arg, ArgAcc, T>;
+  // Constants, not calls: device code may read a constexpr variable but not call numeric_limits.
+  static constexpr T lowest_value = std::is_floating_point_v<T>
+                                        ? -std::numeric_limits<T>::infinity()
+                                        : std::numeric_limits<T>::lowest();
+  static constexpr T highest_value = std::is_floating_point_v<T>
+                                         ? std::numeric_limits<T>::infinity()
+                                         : std::numeric_limits<T>::max();
+  KOKKOS_INLINE_FUNCTION static T lowest() { return lowest_value; }
+  KOKKOS_INLINE_FUNCTION static T highest() { return highest_value; }
+  KOKKOS_INLINE_FUNCTION static Acc identity() {
+    if constexpr (K == LocalReduce::max) return lowest();
+    else if constexpr (K == LocalReduce::min) return highest();
+    else if constexpr (K == LocalReduce::argmax) return ArgAcc{lowest(), none};
+    else if constexpr (K == LocalReduce::argmin) return ArgAcc{highest(), none};
+    else return T{};
+  }
+  KOKKOS_INLINE_FUNCTION static void combine(Acc& dest, const Acc& src) {
+    if constexpr (K == LocalReduce::max) {
+      dest = src > dest ? src : dest;
+    } else if constexpr (K == LocalReduce::min) {
+      dest = src < dest ? src : dest;
+    } else if constexpr (arg) {
+      if (src.index == none) return;
+      const bool better = K == LocalReduce::argmax ? src.value > dest.value
+                                                    : src.value < dest.value;
+      if (dest.index == none || better || (src.value == dest.value && src.index < dest.index))
+        dest = src;
+    } else {
+      dest += src;
+    }
+  }
+};
+
+/// The row kernel of local_reduce_kind (kernels/rows.hpp): row o of the output reduces this
+/// rank's valid elements of the reduced labels. A named functor: nvcc's extended lambdas cannot
+/// capture a variable first named inside `if constexpr`.
+template <LocalReduce K, class T>
+struct ReduceRows {
+  using Reduce = ReduceKind<K, T>;
+  using Acc = typename Reduce::Acc;
+  static constexpr bool floating = std::is_floating_point_v<T>;
+  ReduceShape g;
+  Kokkos::View<T*> in, out, shift;
+  Kokkos::View<std::int64_t*> index;
+  int last;
+  std::int64_t inner, inner_stride, inner_offset, inner_gstride, outer;
+
+  ReduceRows(const ReduceShape& shape, const Kokkos::View<T*>& in_, const Kokkos::View<T*>& out_,
+             const Kokkos::View<T*>& shift_, const Kokkos::View<std::int64_t*>& index_)
+      : g(shape), in(in_), out(out_), shift(shift_), index(index_),
+        last(shape.reduced - 1),
+        inner(last >= 0 ? shape.red_valid[last] : 1),
+        inner_stride(last >= 0 ? shape.red_stride[last] : 0),
+        inner_offset(last >= 0 ? shape.red_offset[last] : 0),
+        inner_gstride(last >= 0 ? shape.red_gstride[last] : 0),
+        outer(inner == 0 ? 0 : shape.red_count / inner) {}
+
+  struct State {
+    std::int64_t base;
+    bool pad;
+    T m;  // the shift of sumexp and sumsqdev
+  };
+  KOKKOS_INLINE_FUNCTION State begin(const std::int64_t o) const {
+    State s{0, false, T{}};
+    s.base = g.row_base(o, s.pad);
+    if constexpr (K == LocalReduce::sumexp || K == LocalReduce::sumsqdev)
+      if (!s.pad) s.m = shift(o);
+    // exp(x - m) with m = -inf (every element -inf) would be NaN; 0 gives 0 terms.
+    if constexpr (K == LocalReduce::sumexp)
+      if (s.m == Reduce::lowest()) s.m = T{};
+    return s;
+  }
+  KOKKOS_INLINE_FUNCTION std::int64_t length(const State& s) const {
+    return s.pad ? 0 : g.red_count;
+  }
+  KOKKOS_INLINE_FUNCTION Acc value(const State& s, const T v, const std::int64_t gv) const {
+    if constexpr (K == LocalReduce::sumsq) {
+      return v * v;
+    } else if constexpr (K == LocalReduce::sumexp) {
+      if constexpr (floating) return math::exp(v - s.m);
+      else return T{};
+    } else if constexpr (K == LocalReduce::sumsqdev) {
+      return (v - s.m) * (v - s.m);
+    } else if constexpr (Reduce::arg) {
+      return Acc{v, gv};
+    } else {
+      (void)s;
+      (void)gv;
+      return v;
+    }
+  }
+  /// Element j of the row, j over the reduced labels in row-major order of their valid extents.
+  KOKKOS_INLINE_FUNCTION Acc term(const State& s, std::int64_t j) const {
+    std::int64_t at = s.base;
+    std::int64_t gi = 0;
+    for (int d = g.reduced - 1; d >= 0; --d) {
+      const std::int64_t i = j % g.red_valid[d];
+      j /= g.red_valid[d];
+      at += i * g.red_stride[d];
+      gi += (g.red_offset[d] + i) * g.red_gstride[d];
+    }
+    return value(s, in(at), gi);
+  }
+  /// The host path: the innermost reduced label as a strided loop, the others as an odometer.
+  KOKKOS_INLINE_FUNCTION void walk(const State& s, Acc& acc) const {
+    if (s.pad) return;
+    std::int64_t idx[max_dims] = {};
+    for (std::int64_t r = 0; r < outer; ++r) {
+      std::int64_t at = s.base;
+      std::int64_t gi = 0;
+      for (int d = 0; d < last; ++d) {
+        at += idx[d] * g.red_stride[d];
+        gi += (g.red_offset[d] + idx[d]) * g.red_gstride[d];
+      }
+      for (std::int64_t i = 0; i < inner; ++i)
+        Reduce::combine(acc, value(s, in(at + i * inner_stride),
+                                   gi + (inner_offset + i) * inner_gstride));
+      for (int d = last - 1; d >= 0; --d) {  // odometer over the other reduced dimensions
+        if (++idx[d] < g.red_valid[d]) break;
+        idx[d] = 0;
+      }
+    }
+  }
+  KOKKOS_INLINE_FUNCTION void finish(const std::int64_t o, const State& s, const Acc& acc) const {
+    if constexpr (Reduce::arg) {
+      out(o) = s.pad ? T{} : acc.value;
+      index(o) = s.pad ? 0 : acc.index;
+    } else {
+      out(o) = s.pad ? T{} : acc;
+    }
+  }
+};
+
 /// out[o] = the reduction of this rank's valid elements of row o; padded rows get 0. sumexp
 /// sums exp(x - shift[o]) and sumsqdev (x - shift[o])^2; argmax/argmin also write the global
 /// flat index of the winner (smallest on ties; INT64_MAX when this rank has no element). The kind
@@ -188,84 +347,7 @@ template <LocalReduce K, class T>
 void local_reduce_kind(const ReduceShape& g, const Kokkos::View<T*>& in,
                        const Kokkos::View<T*>& out, const Kokkos::View<T*>& shift,
                        const Kokkos::View<std::int64_t*>& index) {
-  constexpr bool floating = std::is_floating_point_v<T>;
-  constexpr bool arg = K == LocalReduce::argmax || K == LocalReduce::argmin;
-  constexpr std::int64_t none = std::numeric_limits<std::int64_t>::max();
-  [[maybe_unused]] const T lowest =
-      floating ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::lowest();
-  [[maybe_unused]] const T highest =
-      floating ? std::numeric_limits<T>::infinity() : std::numeric_limits<T>::max();
-  const int last = g.reduced - 1;
-  const std::int64_t inner = last >= 0 ? g.red_valid[last] : 1;
-  const std::int64_t inner_stride = last >= 0 ? g.red_stride[last] : 0;
-  const std::int64_t inner_offset = last >= 0 ? g.red_offset[last] : 0;
-  const std::int64_t inner_gstride = last >= 0 ? g.red_gstride[last] : 0;
-  const std::int64_t outer = inner == 0 ? 0 : g.red_count / inner;
-  Kokkos::parallel_for(
-      "gshard::reduce", Kokkos::RangePolicy<>(0, g.out_size), KOKKOS_LAMBDA(const std::int64_t o) {
-        std::int64_t rest = o;
-        std::int64_t base = 0;
-        bool pad = false;
-        for (int d = g.kept - 1; d >= 0; --d) {
-          const std::int64_t i = rest % g.kept_ext[d];
-          rest /= g.kept_ext[d];
-          pad = pad || i >= g.kept_valid[d];
-          base += i * g.kept_stride[d];
-        }
-        if (pad) {
-          out(o) = T{};
-          if constexpr (arg) index(o) = 0;
-          return;
-        }
-        T acc{};
-        if constexpr (K == LocalReduce::max || K == LocalReduce::argmax) acc = lowest;
-        if constexpr (K == LocalReduce::min || K == LocalReduce::argmin) acc = highest;
-        std::int64_t best = none;
-        T m{};
-        if constexpr (K == LocalReduce::sumexp || K == LocalReduce::sumsqdev) m = shift(o);
-        // exp(x - m) with m = -inf (every element -inf) would be NaN; 0 gives 0 terms.
-        if constexpr (K == LocalReduce::sumexp)
-          if (m == lowest) m = T{};
-        std::int64_t idx[max_dims] = {};
-        for (std::int64_t r = 0; r < outer; ++r) {
-          std::int64_t at = base;
-          std::int64_t gi = 0;
-          for (int d = 0; d < last; ++d) {
-            at += idx[d] * g.red_stride[d];
-            gi += (g.red_offset[d] + idx[d]) * g.red_gstride[d];
-          }
-          for (std::int64_t i = 0; i < inner; ++i) {
-            const T v = in(at + i * inner_stride);
-            if constexpr (K == LocalReduce::sum) {
-              acc += v;
-            } else if constexpr (K == LocalReduce::max) {
-              acc = v > acc ? v : acc;
-            } else if constexpr (K == LocalReduce::min) {
-              acc = v < acc ? v : acc;
-            } else if constexpr (K == LocalReduce::sumsq) {
-              acc += v * v;
-            } else if constexpr (K == LocalReduce::sumexp) {
-              if constexpr (floating) acc += math::exp(v - m);
-            } else if constexpr (K == LocalReduce::sumsqdev) {
-              acc += (v - m) * (v - m);
-            } else {
-              const std::int64_t gv = gi + (inner_offset + i) * inner_gstride;
-              const bool better = K == LocalReduce::argmax ? v > acc : v < acc;
-              if (best == none || better || (v == acc && gv < best)) {
-                acc = v;
-                best = gv;
-              }
-            }
-          }
-          for (int d = last - 1; d >= 0; --d) {  // odometer over the other reduced dimensions
-            if (++idx[d] < g.red_valid[d]) break;
-            idx[d] = 0;
-          }
-        }
-        out(o) = acc;
-        if constexpr (arg) index(o) = best;
-      });
-  Kokkos::fence();
+  reduce_rows("gshard::reduce", g.out_size, ReduceRows<K, T>(g, in, out, shift, index));
 }
 
 template <class T>
@@ -379,7 +461,6 @@ Reduced<T> reduce_runtime(Reduction kind, std::string_view labels, const MeshSta
         Kokkos::parallel_for(
             "gshard::mean", Kokkos::RangePolicy<>(0, g.out_size),
             KOKKOS_LAMBDA(const std::int64_t i) { out(i) *= scale; });
-        Kokkos::fence();
       }
       break;
     }
@@ -407,7 +488,6 @@ Reduced<T> reduce_runtime(Reduction kind, std::string_view labels, const MeshSta
             KOKKOS_LAMBDA(const std::int64_t i) {
               if (!(local(i) == out(i))) index(i) = none_here;
             });
-        Kokkos::fence();
         all_reduce_axes(index, ReduceOp::min, mesh, mask, axis_names);
       }
       r.index = RuntimeTensor<std::int64_t>{r.value.layout, r.value.shape, index, ReduceOp::sum};
@@ -422,7 +502,6 @@ Reduced<T> reduce_runtime(Reduction kind, std::string_view labels, const MeshSta
           Kokkos::parallel_for(
               "gshard::norm", Kokkos::RangePolicy<>(0, g.out_size),
               KOKKOS_LAMBDA(const std::int64_t i) { out(i) = math::sqrt(out(i)); });
-          Kokkos::fence();
           break;
         }
         local_reduce<T>(LocalReduce::max, g, x.data, out, none, no_index);
@@ -439,7 +518,6 @@ Reduced<T> reduce_runtime(Reduction kind, std::string_view labels, const MeshSta
               if (out(i) == lowest) return;  // every element -inf: the result is -inf
               out(i) += math::log(s(i));
             });
-        Kokkos::fence();
       }
       break;
   }
@@ -481,7 +559,6 @@ RuntimeTensor<T> reduce_cotangent(Reduction kind, double count, const RuntimeTen
           out(i) = gv(i) * d;
         });
   }
-  Kokkos::fence();
   return RuntimeTensor<T>(gb.layout, gb.shape, out, ReduceOp::sum);
 }
 
@@ -489,17 +566,17 @@ template <Reduction K, fixed_string Op, fixed_string Labels, class E>
 constexpr bool reduce_ok() {
   constexpr ReduceLabelCheck c = check_reduce_labels(Labels.view(), E::layout);
   if constexpr (c.error == 3) {
-    return sizeof(reduce_error::no_labels_to_reduce<Op, E::spec>) == 0;
+    return sizeof(reduce_error::no_labels_to_reduce<detail::shown<Op>, detail::shown<E::spec>>) == 0;
   } else if constexpr (c.error == 1) {
     constexpr auto label = make_fixed<1>(Labels.view().substr(c.at, 1));
-    return sizeof(reduce_error::label_not_in_input<Op, label, E::spec>) == 0;
+    return sizeof(reduce_error::label_not_in_input<detail::shown<Op>, detail::shown<label>, detail::shown<E::spec>>) == 0;
   } else if constexpr (c.error == 2) {
     constexpr auto label = make_fixed<1>(Labels.view().substr(c.at, 1));
-    return sizeof(reduce_error::label_repeated<Op, label, Labels>) == 0;
+    return sizeof(reduce_error::label_repeated<detail::shown<Op>, detail::shown<label>, detail::shown<Labels>>) == 0;
   } else if constexpr ((K == Reduction::mean || K == Reduction::logsumexp ||
                         K == Reduction::norm) &&
                        !std::is_floating_point_v<typename E::value_type>) {
-    return sizeof(reduce_error::needs_floating_point<Op, E::spec>) == 0;
+    return sizeof(reduce_error::needs_floating_point<detail::shown<Op>, detail::shown<E::spec>>) == 0;
   } else {
     return true;
   }

@@ -18,6 +18,7 @@
 
 #include "../comm/collectives.hpp"
 #include "../expr/node.hpp"
+#include "../kernels/rows.hpp"
 #include "../spmd/reshard.hpp"
 #include "../tensor/geometry.hpp"
 #include "../tensor/sharded.hpp"
@@ -27,12 +28,12 @@ namespace gshard {
 namespace scan_error {
 template <class>
 inline constexpr bool always_false = false;
-template <fixed_string Label, fixed_string Spec>
+template <auto Label, auto Spec>
 struct scan_label_must_be_one_letter {
   static_assert(always_false<scan_label_must_be_one_letter>,
                 "gshard::cumsum: name the label to scan over with one letter, e.g. cumsum<\"S\">");
 };
-template <fixed_string Label, fixed_string Spec>
+template <auto Label, auto Spec>
 struct scan_label_not_in_input {
   static_assert(always_false<scan_label_not_in_input>,
                 "gshard::cumsum: the label to scan over is not a label of the input");
@@ -87,6 +88,73 @@ inline int scan_shard_of_group_rank(const ScanAxes& s, int r, const MeshState& m
 /// Result: x's layout and shape; padding zero. Pending sum partials stay pending; pending max/min
 /// partials are refused (the scan is not linear in them), like einsum. `reverse`: sums over the
 /// elements AFTER each one (from the end of the label), the gradient of the forward scan.
+/// The local scan of each line (kernels/rows.hpp's two paths): on the host one iteration per
+/// line, in order; on devices one team per line with a team scan. Padding is written 0 and each
+/// line's total goes to `totals` (the other shards' offsets come from it).
+template <class T>
+struct CumsumLines {
+  Kokkos::View<T*> in, o, totals;
+  std::int64_t inner, chunk, valid;
+  bool reverse, exclusive;
+  using Member = Kokkos::TeamPolicy<>::member_type;
+
+  KOKKOS_INLINE_FUNCTION std::int64_t base(const std::int64_t l) const {
+    return (l / inner) * chunk * inner + l % inner;
+  }
+  // Reverse: the valid elements from the last.
+  KOKKOS_INLINE_FUNCTION std::int64_t at(const std::int64_t b, const std::int64_t step) const {
+    return b + (reverse ? valid - 1 - step : step) * inner;
+  }
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t l) const {
+    const std::int64_t b = base(l);
+    T run = T(0);
+    for (std::int64_t step = 0; step < valid; ++step) {
+      const std::int64_t i = at(b, step);
+      const T v = in(i);
+      o(i) = exclusive ? run : run + v;
+      run += v;
+    }
+    for (std::int64_t j = valid; j < chunk; ++j) o(b + j * inner) = T(0);
+    totals(l) = run;
+  }
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const std::int64_t l = team.league_rank();
+    const std::int64_t b = base(l);
+    Kokkos::parallel_scan(Kokkos::TeamThreadRange(team, valid),
+                          [&](const std::int64_t step, T& partial, const bool final) {
+                            const std::int64_t i = at(b, step);
+                            const T v = in(i);
+                            if (final) o(i) = exclusive ? partial : partial + v;
+                            partial += v;
+                          });
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, valid, chunk),
+                         [&](const std::int64_t j) { o(b + j * inner) = T(0); });
+    T total = T(0);
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, valid),
+        [&](const std::int64_t step, T& acc) { acc += in(at(b, step)); }, total);
+    Kokkos::single(Kokkos::PerTeam(team), [&]() { totals(l) = total; });
+  }
+};
+
+/// Adds each line's offset (the earlier shards' totals) to its valid elements.
+template <class T>
+struct AddOffsetRows {
+  Kokkos::View<T*> o, offsets;
+  std::int64_t inner, chunk, valid;
+  struct State {
+    std::int64_t base;
+    T add;
+  };
+  KOKKOS_INLINE_FUNCTION State begin(const std::int64_t l) const {
+    return {(l / inner) * chunk * inner + l % inner, offsets(l)};
+  }
+  KOKKOS_INLINE_FUNCTION std::int64_t length(const State&) const { return valid; }
+  KOKKOS_INLINE_FUNCTION void element(const State& s, const std::int64_t j) const {
+    o(s.base + j * inner) += s.add;
+  }
+};
+
 template <class T>
 RuntimeTensor<T> cumsum_runtime(const RuntimeTensor<T>& x, char label, bool exclusive,
                                 const MeshState& mesh, const std::vector<std::string>& axis_names,
@@ -123,27 +191,12 @@ RuntimeTensor<T> cumsum_runtime(const RuntimeTensor<T>& x, char label, bool excl
       static_cast<std::size_t>(lines));
   const Kokkos::View<T*> in = x.data;
   const Kokkos::View<T*> o = out.data;
-  Kokkos::parallel_for(
-      "gshard::cumsum local", Kokkos::RangePolicy<>(0, lines), KOKKOS_LAMBDA(const std::int64_t l) {
-        const std::int64_t base = (l / inner) * chunk * inner + l % inner;
-        T run = T(0);
-        for (std::int64_t step = 0; step < chunk; ++step) {
-          // Reverse: the valid elements from the last, then the padding.
-          const std::int64_t j = !reverse ? step : (step < valid ? valid - 1 - step : step);
-          const std::int64_t at = base + j * inner;
-          if (j >= valid) {
-            o(at) = T(0);
-          } else if (exclusive) {
-            const T v = in(at);
-            o(at) = run;
-            run += v;
-          } else {
-            run += in(at);
-            o(at) = run;
-          }
-        }
-        totals(l) = run;
-      });
+  const CumsumLines<T> lines_kernel{in, o, totals, inner, chunk, valid, reverse, exclusive};
+  if (row_teams())
+    Kokkos::parallel_for("gshard::cumsum local",
+                         Kokkos::TeamPolicy<>(static_cast<int>(lines), Kokkos::AUTO), lines_kernel);
+  else
+    Kokkos::parallel_for("gshard::cumsum local", Kokkos::RangePolicy<>(0, lines), lines_kernel);
 
   const ScanAxes s = scan_axes(x.layout.dims[d], mesh);
   if (s.shards == 1 || lines == 0) return out;
@@ -153,42 +206,37 @@ RuntimeTensor<T> cumsum_runtime(const RuntimeTensor<T>& x, char label, bool excl
       static_cast<std::size_t>(lines));
   {
     MpiAccess<T> tot(totals, true);
-    MpiAccess<T> off(offsets, false);
     if (s.mesh_order && !reverse) {
+      MpiAccess<T> off(offsets, false);
       exscan(tot.data(), off.data(), lines, ReduceOp::sum, T(0), mesh.groups[s.mask], axes);
+      off.copy_out();
     } else {
       // Shard order (spec order of the axes) differs from the group's rank order (mesh order),
       // or the scan runs backwards: gather every shard's totals (k values per line) and add
-      // those of the earlier (reverse: later) shards.
+      // those of the earlier (reverse: later) shards, on the host.
       std::vector<T> all(static_cast<std::size_t>(lines * s.shards));
       all_gather(tot.data(), all.data(), lines, mesh.groups[s.mask], axes);
-      T* out_off = off.data();
-      for (std::int64_t l = 0; l < lines; ++l) out_off[l] = T(0);
+      std::vector<T> host(static_cast<std::size_t>(lines), T(0));
       for (int r = 0; r < s.shards; ++r) {
         const int shard = scan_shard_of_group_rank(s, r, mesh);
         if (reverse ? shard <= s.my_shard : shard >= s.my_shard) continue;
         const T* from = all.data() + static_cast<std::int64_t>(r) * lines;
-        for (std::int64_t l = 0; l < lines; ++l) out_off[l] += from[l];
+        for (std::int64_t l = 0; l < lines; ++l) host[static_cast<std::size_t>(l)] += from[l];
       }
+      Kokkos::deep_copy(offsets, Kokkos::View<const T*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                                     host.data(), host.size()));
     }
-    off.copy_out();
   }
-  Kokkos::parallel_for(
-      "gshard::cumsum offsets", Kokkos::RangePolicy<>(0, lines),
-      KOKKOS_LAMBDA(const std::int64_t l) {
-        const std::int64_t base = (l / inner) * chunk * inner + l % inner;
-        const T add = offsets(l);
-        for (std::int64_t j = 0; j < valid; ++j) o(base + j * inner) += add;
-      });
+  for_each_row("gshard::cumsum offsets", lines, AddOffsetRows<T>{o, offsets, inner, chunk, valid});
   return out;
 }
 
 template <fixed_string Label, class E>
 constexpr bool check_scan_label() {
   if constexpr (Label.size() != 1 || !is_letter(Label.view()[0])) {
-    return sizeof(scan_error::scan_label_must_be_one_letter<Label, E::spec>) == 0;
+    return sizeof(scan_error::scan_label_must_be_one_letter<detail::shown<Label>, detail::shown<E::spec>>) == 0;
   } else if constexpr (E::layout.find(Label.view()[0]) < 0) {
-    return sizeof(scan_error::scan_label_not_in_input<Label, E::spec>) == 0;
+    return sizeof(scan_error::scan_label_not_in_input<detail::shown<Label>, detail::shown<E::spec>>) == 0;
   } else {
     return true;
   }

@@ -36,38 +36,38 @@ namespace gshard {
 namespace shape_error {
 template <class>
 inline constexpr bool always_false = false;
-template <fixed_string Label, fixed_string OperandSpec>
+template <auto Label, auto OperandSpec>
 struct label_not_in_operand {
   static_assert(always_false<label_not_in_operand>,
                 "gshard shape op: the label is not a label of the operand's spec");
 };
-template <fixed_string Labels>
+template <auto Labels>
 struct give_exactly_one_label {
   static_assert(always_false<give_exactly_one_label>,
                 "gshard shape op: give exactly one label here (one letter)");
 };
-template <fixed_string Labels>
+template <auto Labels>
 struct give_two_or_more_labels {
   static_assert(always_false<give_two_or_more_labels>,
                 "gshard::merge/split: give two or more labels to merge, or to split into");
 };
-template <fixed_string Label, fixed_string Labels>
+template <auto Label, auto Labels>
 struct label_repeated {
   static_assert(always_false<label_repeated>,
                 "gshard::merge/split: a label appears twice among the labels given");
 };
-template <fixed_string Label, fixed_string OperandSpec>
+template <auto Label, auto OperandSpec>
 struct new_label_already_in_operand {
   static_assert(always_false<new_label_already_in_operand>,
                 "gshard::merge/split: a new label is already a label of the operand; pick another "
                 "letter");
 };
-template <fixed_string Labels, fixed_string OperandSpec>
+template <auto Labels, auto OperandSpec>
 struct result_has_more_than_8_dimensions {
   static_assert(always_false<result_has_more_than_8_dimensions>,
                 "gshard::split: the result would have more than 8 dimensions");
 };
-template <fixed_string FirstSpec, fixed_string OtherSpec>
+template <auto FirstSpec, auto OtherSpec>
 struct concat_operands_differ_in_labels {
   static_assert(always_false<concat_operands_differ_in_labels>,
                 "gshard::concat: every operand must have the same labels (any order); rename them "
@@ -184,9 +184,9 @@ constexpr Layout concat_operand_layout(const Layout& result, const Layout& opera
 template <fixed_string Label, class X>
 constexpr bool check_one_label() {
   if constexpr (Label.size() != 1) {
-    return sizeof(shape_error::give_exactly_one_label<Label>) == 0;
+    return sizeof(shape_error::give_exactly_one_label<detail::shown<Label>>) == 0;
   } else if constexpr (X::layout.find(Label.data[0]) < 0) {
-    return sizeof(shape_error::label_not_in_operand<Label, X::spec>) == 0;
+    return sizeof(shape_error::label_not_in_operand<detail::shown<Label>, detail::shown<X::spec>>) == 0;
   } else {
     return true;
   }
@@ -211,17 +211,17 @@ constexpr bool check_merge() {
   constexpr int repeated = repeated_at(labels);
   constexpr int missing = missing_at(labels, X::layout);
   if constexpr (Labels.size() < 2) {
-    return sizeof(shape_error::give_two_or_more_labels<Labels>) == 0;
+    return sizeof(shape_error::give_two_or_more_labels<detail::shown<Labels>>) == 0;
   } else if constexpr (repeated >= 0) {
     constexpr auto what = make_fixed<1>(labels.substr(static_cast<std::size_t>(repeated), 1));
-    return sizeof(shape_error::label_repeated<what, Labels>) == 0;
+    return sizeof(shape_error::label_repeated<detail::shown<what>, detail::shown<Labels>>) == 0;
   } else if constexpr (missing >= 0) {
     constexpr auto what = make_fixed<1>(labels.substr(static_cast<std::size_t>(missing), 1));
-    return sizeof(shape_error::label_not_in_operand<what, X::spec>) == 0;
+    return sizeof(shape_error::label_not_in_operand<detail::shown<what>, detail::shown<X::spec>>) == 0;
   } else if constexpr (Merged.size() != 1) {
-    return sizeof(shape_error::give_exactly_one_label<Merged>) == 0;
+    return sizeof(shape_error::give_exactly_one_label<detail::shown<Merged>>) == 0;
   } else if constexpr (X::layout.find(Merged.data[0]) >= 0 && !has_label(labels, Merged.data[0])) {
-    return sizeof(shape_error::new_label_already_in_operand<Merged, X::spec>) == 0;
+    return sizeof(shape_error::new_label_already_in_operand<detail::shown<Merged>, detail::shown<X::spec>>) == 0;
   } else {
     return true;
   }
@@ -239,15 +239,15 @@ constexpr bool check_split() {
   if constexpr (!check_one_label<Label, X>()) {
     return false;
   } else if constexpr (Into.size() < 2) {
-    return sizeof(shape_error::give_two_or_more_labels<Into>) == 0;
+    return sizeof(shape_error::give_two_or_more_labels<detail::shown<Into>>) == 0;
   } else if constexpr (repeated >= 0) {
     constexpr auto what = make_fixed<1>(into.substr(static_cast<std::size_t>(repeated), 1));
-    return sizeof(shape_error::label_repeated<what, Into>) == 0;
+    return sizeof(shape_error::label_repeated<detail::shown<what>, detail::shown<Into>>) == 0;
   } else if constexpr (taken >= 0) {
     constexpr auto what = make_fixed<1>(into.substr(static_cast<std::size_t>(taken), 1));
-    return sizeof(shape_error::new_label_already_in_operand<what, X::spec>) == 0;
+    return sizeof(shape_error::new_label_already_in_operand<detail::shown<what>, detail::shown<X::spec>>) == 0;
   } else if constexpr (X::layout.rank - 1 + static_cast<int>(Into.size()) > max_dims) {
-    return sizeof(shape_error::result_has_more_than_8_dimensions<Into, X::spec>) == 0;
+    return sizeof(shape_error::result_has_more_than_8_dimensions<detail::shown<Into>, detail::shown<X::spec>>) == 0;
   } else {
     return true;
   }
@@ -947,7 +947,7 @@ namespace detail {
 template <fixed_string Label, class A, class B>
 constexpr bool check_concat_operand() {
   if constexpr (!same_label_set(A::layout, B::layout)) {
-    return sizeof(shape_error::concat_operands_differ_in_labels<A::spec, B::spec>) == 0;
+    return sizeof(shape_error::concat_operands_differ_in_labels<detail::shown<A::spec>, detail::shown<B::spec>>) == 0;
   } else {
     static_assert(std::is_same_v<typename A::value_type, typename B::value_type> &&
                       std::is_same_v<typename A::mesh_type, typename B::mesh_type>,

@@ -29,28 +29,28 @@ namespace gshard {
 namespace topk_error {
 template <class>
 inline constexpr bool always_false = false;
-template <fixed_string Label, fixed_string Spec>
+template <auto Label, auto Spec>
 struct label_must_be_one_letter {
   static_assert(always_false<label_must_be_one_letter>,
                 "gshard::top_k/one_hot: name each label with one letter, e.g. top_k<\"S\", \"K\">");
 };
-template <fixed_string Label, fixed_string Spec>
+template <auto Label, auto Spec>
 struct top_k_label_not_in_input {
   static_assert(always_false<top_k_label_not_in_input>,
                 "gshard::top_k: the label to select over is not a label of the input");
 };
-template <fixed_string NewLabel, fixed_string Spec>
+template <auto NewLabel, auto Spec>
 struct new_label_already_in_input {
   static_assert(always_false<new_label_already_in_input>,
                 "gshard::top_k/one_hot: the new label is already a label of the input (other than "
                 "the one it replaces)");
 };
-template <fixed_string NewLabel, fixed_string Spec>
+template <auto NewLabel, auto Spec>
 struct one_hot_needs_integer_indices {
   static_assert(always_false<one_hot_needs_integer_indices>,
                 "gshard::one_hot: the indices must be an int32_t or int64_t tensor");
 };
-template <fixed_string NewLabel, fixed_string Spec>
+template <auto NewLabel, auto Spec>
 struct one_hot_too_many_labels {
   static_assert(always_false<one_hot_too_many_labels>,
                 "gshard::one_hot: the result would have more than 8 labels");
@@ -291,7 +291,6 @@ RuntimeTensor<T> top_k_cotangent(const RuntimeTensor<T>& g,
           if (at >= 0 && at < valid) out(to + at * inner) += gv(base + j * inner);
         }
       });
-  Kokkos::fence();
   return RuntimeTensor<T>(out_layout, x_shape, out, ReduceOp::sum);
 }
 
@@ -332,7 +331,7 @@ RuntimeTensor<V> one_hot_runtime(const RuntimeTensor<I>& input, char new_label, 
 template <fixed_string Label, class E>
 constexpr bool topk_one_letter() {
   if constexpr (Label.size() != 1 || !is_letter(Label.view()[0]))
-    return sizeof(topk_error::label_must_be_one_letter<Label, E::spec>) == 0;
+    return sizeof(topk_error::label_must_be_one_letter<detail::shown<Label>, detail::shown<E::spec>>) == 0;
   else
     return true;
 }
@@ -342,10 +341,10 @@ constexpr bool check_top_k() {
   if constexpr (!topk_one_letter<Label, E>() || !topk_one_letter<NewLabel, E>()) {
     return false;
   } else if constexpr (E::layout.find(Label.view()[0]) < 0) {
-    return sizeof(topk_error::top_k_label_not_in_input<Label, E::spec>) == 0;
+    return sizeof(topk_error::top_k_label_not_in_input<detail::shown<Label>, detail::shown<E::spec>>) == 0;
   } else if constexpr (NewLabel.view()[0] != Label.view()[0] &&
                        E::layout.find(NewLabel.view()[0]) >= 0) {
-    return sizeof(topk_error::new_label_already_in_input<NewLabel, E::spec>) == 0;
+    return sizeof(topk_error::new_label_already_in_input<detail::shown<NewLabel>, detail::shown<E::spec>>) == 0;
   } else {
     return true;
   }
@@ -357,11 +356,11 @@ constexpr bool check_one_hot() {
   if constexpr (!topk_one_letter<NewLabel, E>()) {
     return false;
   } else if constexpr (!std::is_same_v<I, std::int32_t> && !std::is_same_v<I, std::int64_t>) {
-    return sizeof(topk_error::one_hot_needs_integer_indices<NewLabel, E::spec>) == 0;
+    return sizeof(topk_error::one_hot_needs_integer_indices<detail::shown<NewLabel>, detail::shown<E::spec>>) == 0;
   } else if constexpr (E::layout.find(NewLabel.view()[0]) >= 0) {
-    return sizeof(topk_error::new_label_already_in_input<NewLabel, E::spec>) == 0;
+    return sizeof(topk_error::new_label_already_in_input<detail::shown<NewLabel>, detail::shown<E::spec>>) == 0;
   } else if constexpr (E::layout.rank >= max_dims) {
-    return sizeof(topk_error::one_hot_too_many_labels<NewLabel, E::spec>) == 0;
+    return sizeof(topk_error::one_hot_too_many_labels<detail::shown<NewLabel>, detail::shown<E::spec>>) == 0;
   } else {
     return true;
   }

@@ -15,6 +15,7 @@
 #endif
 
 #include "../comm/collectives.hpp"
+#include "../comm/mpi_access.hpp"
 #include "../kernels/copy_box.hpp"
 #include "../tensor/sharded.hpp"
 #include "plan.hpp"
@@ -22,23 +23,6 @@
 namespace gshard {
 
 namespace detail {
-
-/// A buffer MPI can read and write: the view itself in host-accessible memory, else a host
-/// mirror (a device-aware MPI could take device pointers; this keeps any MPI working).
-template <class T>
-class MpiAccess {
- public:
-  MpiAccess(Kokkos::View<T*> view, bool copy_in)
-      : view_(std::move(view)), host_(Kokkos::create_mirror_view(view_)) {
-    if (copy_in) Kokkos::deep_copy(host_, view_);
-  }
-  T* data() const { return host_.data(); }
-  void copy_out() const { Kokkos::deep_copy(view_, host_); }
-
- private:
-  Kokkos::View<T*> view_;
-  decltype(Kokkos::create_mirror_view(std::declval<Kokkos::View<T*>&>())) host_;
-};
 
 /// Asks the kernel to back the 2 MiB-aligned interior of a fresh host allocation with huge
 /// pages (Linux transparent huge pages in "madvise" mode), before anything touches it: the first
@@ -502,7 +486,7 @@ ReshardPlan plan_reshard(const Sharded<T, MeshT, Spec>& source) {
                     std::is_same_v<typename Target::mesh_type, MeshT>,
                 "gshard::reshard: the target must have the same element type and mesh");
   if constexpr (!detail::same_label_set(Sharded<T, MeshT, Spec>::layout, Target::layout)) {
-    static_assert(sizeof(layout_error::labels_differ_between_layouts<Spec, Target::spec>) == 0);
+    static_assert(sizeof(layout_error::labels_differ_between_layouts<detail::shown<Spec>, detail::shown<Target::spec>>) == 0);
   }
   return detail::plan_reshard(Sharded<T, MeshT, Spec>::layout, Target::layout, source.shape(),
                               source.mesh().sizes(), source.mesh().coordinates(),

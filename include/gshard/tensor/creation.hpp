@@ -26,19 +26,50 @@ concept ShardedType = requires {
 
 namespace detail {
 
-template <class S, class ValueOfIndex>
-S fill_by_global_index(const typename S::mesh_type& mesh, Shape shape, const char* label,
-                       ValueOfIndex value_of) {
-  using T = typename S::value_type;
-  S out(mesh, std::move(shape));
-  const BlockIndex b = block_index(S::layout, out.shape(), mesh.sizes(), mesh.coordinates());
-  auto data = out.local_view();
+// The kernels below are templated on element types only: nvcc cannot compile a device lambda
+// inside a function templated on a Sharded or Mesh type (docs/backends.md).
+
+/// data[i] = value_of(global index of i), zero on padding.
+template <class T, class ValueOfIndex>
+void fill_block(const char* label, const Kokkos::View<T*>& data, const BlockIndex& b,
+                ValueOfIndex value_of) {
   Kokkos::parallel_for(
       label, Kokkos::RangePolicy<>(0, static_cast<std::int64_t>(data.extent(0))),
       KOKKOS_LAMBDA(const std::int64_t i) {
         const std::int64_t g = b.global_of(i);
         data(i) = g < 0 ? T{} : value_of(g);
       });
+}
+
+template <class T>
+struct ConstantValue {
+  T value;
+  KOKKOS_INLINE_FUNCTION T operator()(std::int64_t) const { return value; }
+};
+template <class T>
+struct UniformValue {
+  std::uint64_t seed;
+  T low, high;
+  KOKKOS_INLINE_FUNCTION T operator()(std::int64_t g) const {
+    return uniform_value<T>(seed, g, low, high);
+  }
+};
+template <class T>
+struct NormalValue {
+  std::uint64_t seed;
+  T mean, stddev;
+  KOKKOS_INLINE_FUNCTION T operator()(std::int64_t g) const {
+    return static_cast<T>(mean +
+                          stddev * random_standard_normal(seed, static_cast<std::uint64_t>(g)));
+  }
+};
+
+template <class S, class ValueOfIndex>
+S fill_by_global_index(const typename S::mesh_type& mesh, Shape shape, const char* label,
+                       ValueOfIndex value_of) {
+  S out(mesh, std::move(shape));
+  fill_block(label, out.local_view(),
+             block_index(S::layout, out.shape(), mesh.sizes(), mesh.coordinates()), value_of);
   return out;
 }
 
@@ -53,8 +84,9 @@ S zeros(const typename S::mesh_type& mesh, Shape shape) {
 /// Every element equal to `value`.
 template <ShardedType S>
 S full(const typename S::mesh_type& mesh, Shape shape, typename S::value_type value) {
-  return detail::fill_by_global_index<S>(
-      mesh, std::move(shape), "gshard::full", KOKKOS_LAMBDA(std::int64_t) { return value; });
+  using T = typename S::value_type;
+  return detail::fill_by_global_index<S>(mesh, std::move(shape), "gshard::full",
+                                         detail::ConstantValue<T>{value});
 }
 
 /// Uniform in [low, high) (integers: low to high-1), a pure function of (seed, global index).
@@ -65,9 +97,8 @@ S random_uniform(const typename S::mesh_type& mesh, Shape shape, std::uint64_t s
   if (!(low < high))
     throw Error("random_uniform",
                 "the range [" + std::to_string(low) + ", " + std::to_string(high) + ") is empty");
-  return detail::fill_by_global_index<S>(
-      mesh, std::move(shape), "gshard::random_uniform",
-      KOKKOS_LAMBDA(std::int64_t g) { return detail::uniform_value<T>(seed, g, low, high); });
+  return detail::fill_by_global_index<S>(mesh, std::move(shape), "gshard::random_uniform",
+                                         detail::UniformValue<T>{seed, low, high});
 }
 
 /// Normal with the given mean and standard deviation, a pure function of (seed, global index).
@@ -76,11 +107,8 @@ S random_normal(const typename S::mesh_type& mesh, Shape shape, std::uint64_t se
                 typename S::value_type mean = 0, typename S::value_type stddev = 1) {
   using T = typename S::value_type;
   static_assert(std::is_floating_point_v<T>, "gshard::random_normal needs float or double");
-  return detail::fill_by_global_index<S>(
-      mesh, std::move(shape), "gshard::random_normal", KOKKOS_LAMBDA(std::int64_t g) {
-        return static_cast<T>(
-            mean + stddev * detail::random_standard_normal(seed, static_cast<std::uint64_t>(g)));
-      });
+  return detail::fill_by_global_index<S>(mesh, std::move(shape), "gshard::random_normal",
+                                         detail::NormalValue<T>{seed, mean, stddev});
 }
 
 /// Each rank passes the whole tensor (row-major, spec order) and keeps its own block.

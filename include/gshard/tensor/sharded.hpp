@@ -40,14 +40,14 @@ constexpr bool same_label_set(const Layout& a, const Layout& b) {
 namespace layout_error {
 template <class>
 inline constexpr bool always_false = false;
-template <fixed_string From, fixed_string To>
+template <auto From, auto To>
 struct labels_differ_between_layouts {
   static_assert(always_false<labels_differ_between_layouts>,
                 "gshard: a value can only be resharded to a layout with the same labels (the same "
                 "number of dimensions, the same letters); "
                 "to mean other labels, rename them with .as<\"...\">() first");
 };
-template <fixed_string From, fixed_string To>
+template <auto From, auto To>
 struct renamed_layout_must_keep_axes {
   static_assert(always_false<renamed_layout_must_keep_axes>,
                 "gshard: .as<\"...\">() renames labels only: give one new label per dimension, or "
@@ -190,7 +190,7 @@ class Sharded {
     } else {
       using Result = Sharded<T, MeshT, NewSpec>;
       if constexpr (!same_axes_as(Result::layout)) {
-        static_assert(sizeof(layout_error::renamed_layout_must_keep_axes<Spec, NewSpec>) == 0);
+        static_assert(sizeof(layout_error::renamed_layout_must_keep_axes<detail::shown<Spec>, detail::shown<NewSpec>>) == 0);
         return *this;
       } else {
         Result out(mesh_, shape_, data_);
@@ -230,7 +230,7 @@ class Sharded {
   static constexpr auto relabelled() {
     // Spec with each label replaced in turn by the next new label.
     constexpr std::size_t n = Spec.size() + 1;
-    fixed_string<n> out = Spec;
+    fixed_string out = Spec;
     std::size_t next = 0;
     bool at_piece_start = true;
     for (std::size_t i = 0; i + 1 < n; ++i) {

@@ -1,4 +1,4 @@
-// expect-error: wrong_spatial_label_count<gshard::fixed_string<13>{"H:K W:L C->O"}, 1>
+// expect-error: wrong_spatial_label_count<gshard::literal<13>{"H:K W:L C->O"}, 1>
 // conv1d with two sliding labels (conv2d's spec).
 #include <gshard/ops/conv.hpp>
 

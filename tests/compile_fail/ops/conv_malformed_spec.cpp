@@ -1,4 +1,4 @@
-// expect-error: malformed_conv_spec<gshard::fixed_string<3>{"CO"}
+// expect-error: malformed_conv_spec<gshard::literal<3>{"CO"}
 // A conv spec whose channel part lacks "->".
 #include <gshard/ops/conv.hpp>
 

@@ -1,4 +1,4 @@
-// expect-error: label_not_in_input<gshard::fixed_string<2>{"Q"}, gshard::fixed_string<13>{"B C H:data W"}>
+// expect-error: label_not_in_input<gshard::literal<2>{"Q"}, gshard::literal<13>{"B C H:data W"}>
 // Pooling over a label the input does not have.
 #include <gshard/ops/conv.hpp>
 

@@ -1,4 +1,4 @@
-// expect-error: implicit_collective<gshard::fixed_string<7>{"conv2d"}, 1, gshard::fixed_string<13>{"O C K:data L"}, gshard::fixed_string<8>{"O C K L"}>
+// expect-error: implicit_collective<gshard::literal<7>{"conv2d"}, 1, gshard::literal<13>{"O C K:data L"}, gshard::literal<8>{"O C K L"}>
 // Strict mode: weights split over a kernel label must be gathered, an implicit collective.
 #define GSHARD_STRICT
 #include <gshard/ops/conv.hpp>

@@ -1,4 +1,4 @@
-// expect-error: weight_labels_differ_from_conv_spec<gshard::fixed_string<13>{"H:K W:L C->O"}, gshard::fixed_string<8>{"O C K J"}>
+// expect-error: weight_labels_differ_from_conv_spec<gshard::literal<13>{"H:K W:L C->O"}, gshard::literal<8>{"O C K J"}>
 // Weights without the kernel label L of the spec.
 #include <gshard/ops/conv.hpp>
 

@@ -1,4 +1,4 @@
-// expect-error: along_batch_label_not_in_indices<gshard::fixed_string<2>{"H"}
+// expect-error: along_batch_label_not_in_indices<gshard::literal<2>{"H"}
 // scatter_add_along with a batch label the indices lack.
 #include <gshard/gshard.hpp>
 #include <gshard/ops/index.hpp>

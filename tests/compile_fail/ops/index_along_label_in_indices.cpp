@@ -1,4 +1,4 @@
-// expect-error: along_label_in_indices<gshard::fixed_string<2>{"S"}
+// expect-error: along_label_in_indices<gshard::literal<2>{"S"}
 // take_along<"S"> with S also a label of the indices: which S would the result's rows use?
 #include <gshard/gshard.hpp>
 #include <gshard/ops/index.hpp>

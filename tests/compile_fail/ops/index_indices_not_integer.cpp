@@ -1,4 +1,4 @@
-// expect-error: indices_must_be_int32_or_int64<gshard::fixed_string<4>{"B S"}
+// expect-error: indices_must_be_int32_or_int64<gshard::literal<4>{"B S"}
 // The index tensor of take holds floats.
 #include <gshard/gshard.hpp>
 #include <gshard/ops/index.hpp>

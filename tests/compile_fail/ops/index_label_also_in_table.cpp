@@ -1,4 +1,4 @@
-// expect-error: index_label_also_in_table<gshard::fixed_string<2>{"D"}
+// expect-error: index_label_also_in_table<gshard::literal<2>{"D"}
 // An index label that is also a table label: the result would have D twice.
 #include <gshard/gshard.hpp>
 #include <gshard/ops/index.hpp>

@@ -1,4 +1,4 @@
-// expect-error: indexed_label_not_in_table<gshard::fixed_string<2>{"Q"}
+// expect-error: indexed_label_not_in_table<gshard::literal<2>{"Q"}
 // take<"Q"> on a table without a label Q.
 #include <gshard/gshard.hpp>
 #include <gshard/ops/index.hpp>

@@ -1,4 +1,4 @@
-// expect-error: scattered_label_already_in_values<gshard::fixed_string<2>{"D"}
+// expect-error: scattered_label_already_in_values<gshard::literal<2>{"D"}
 // scatter_add into a label the values already have.
 #include <gshard/gshard.hpp>
 #include <gshard/ops/index.hpp>

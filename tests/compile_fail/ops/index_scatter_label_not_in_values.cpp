@@ -1,4 +1,4 @@
-// expect-error: index_label_not_in_values<gshard::fixed_string<2>{"Q"}
+// expect-error: index_label_not_in_values<gshard::literal<2>{"Q"}
 // scatter_add with an index label the values lack.
 #include <gshard/gshard.hpp>
 #include <gshard/ops/index.hpp>

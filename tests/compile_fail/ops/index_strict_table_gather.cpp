@@ -1,4 +1,4 @@
-// expect-error: implicit_collective<gshard::fixed_string<5>{"take"}, 0, gshard::fixed_string<6>{"V:x D"}, gshard::fixed_string<4>{"V D"}>
+// expect-error: implicit_collective<gshard::literal<5>{"take"}, 0, gshard::literal<6>{"V:x D"}, gshard::literal<4>{"V D"}>
 // Strict mode: the indices use V's axis x, so the table must be gathered over V first.
 #define GSHARD_STRICT
 #include <gshard/gshard.hpp>

@@ -1,4 +1,4 @@
-// expect-error: gain_or_bias_labels_differ_from_the_label<gshard::fixed_string<9>{"rms_norm"}, gshard::fixed_string<2>{"S"}, gshard::fixed_string<4>{"B S"}>
+// expect-error: gain_or_bias_labels_differ_from_the_label<gshard::literal<9>{"rms_norm"}, gshard::literal<2>{"S"}, gshard::literal<4>{"B S"}>
 // A gain with more labels than the normalised one (broadcasting a gain over other labels is not a
 // normalisation parameter).
 #include <gshard/gshard.hpp>

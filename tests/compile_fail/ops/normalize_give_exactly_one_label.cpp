@@ -1,4 +1,4 @@
-// expect-error: give_exactly_one_label<gshard::fixed_string<11>{"layer_norm"}, gshard::fixed_string<3>{"BS"}>
+// expect-error: give_exactly_one_label<gshard::literal<11>{"layer_norm"}, gshard::literal<3>{"BS"}>
 // layer_norm over two labels at once.
 #include <gshard/gshard.hpp>
 #include <gshard/ops/normalize.hpp>

@@ -1,4 +1,4 @@
-// expect-error: label_not_in_input<gshard::fixed_string<8>{"softmax"}, gshard::fixed_string<2>{"Q"}, gshard::fixed_string<6>{"B S:y"}>
+// expect-error: label_not_in_input<gshard::literal<8>{"softmax"}, gshard::literal<2>{"Q"}, gshard::literal<6>{"B S:y"}>
 // softmax over a label the input does not have.
 #include <gshard/gshard.hpp>
 #include <gshard/ops/normalize.hpp>

@@ -1,4 +1,4 @@
-// expect-error: needs_floating_point<gshard::fixed_string<12>{"log_softmax"}, gshard::fixed_string<6>{"B S:y"}>
+// expect-error: needs_floating_point<gshard::literal<12>{"log_softmax"}, gshard::literal<6>{"B S:y"}>
 // log_softmax of integers.
 #include <gshard/gshard.hpp>
 #include <gshard/ops/normalize.hpp>

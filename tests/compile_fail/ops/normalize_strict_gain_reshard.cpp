@@ -1,4 +1,4 @@
-// expect-error: implicit_collective<gshard::fixed_string<11>{"layer_norm"}, 1, gshard::fixed_string<4>{"S:x"}, gshard::fixed_string<4>{"S:y"}>
+// expect-error: implicit_collective<gshard::literal<11>{"layer_norm"}, 1, gshard::literal<4>{"S:x"}, gshard::literal<4>{"S:y"}>
 // Strict mode: a gain split over another axis than the input's label needs a reshard.
 #define GSHARD_STRICT
 #include <gshard/gshard.hpp>

@@ -1,4 +1,4 @@
-// expect-error: needs_floating_point<gshard::fixed_string<8>{"dropout"}, gshard::fixed_string<6>{"I:x J"}
+// expect-error: needs_floating_point<gshard::literal<8>{"dropout"}, gshard::literal<6>{"I:x J"}
 // Dropout of an integer tensor.
 #include <gshard/gshard.hpp>
 #include <gshard/ops/random.hpp>

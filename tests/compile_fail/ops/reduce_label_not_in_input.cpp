@@ -1,4 +1,4 @@
-// expect-error: label_not_in_input<gshard::fixed_string<4>{"max"}, gshard::fixed_string<2>{"Q"}, gshard::fixed_string<10>{"B:x S:y M"}>
+// expect-error: label_not_in_input<gshard::literal<4>{"max"}, gshard::literal<2>{"Q"}, gshard::literal<10>{"B:x S:y M"}>
 // A reduced label that the input does not have.
 #include <gshard/gshard.hpp>
 #include <gshard/ops/reduce.hpp>

@@ -1,4 +1,4 @@
-// expect-error: label_repeated<gshard::fixed_string<4>{"sum"}, gshard::fixed_string<2>{"S"}, gshard::fixed_string<4>{"SMS"}>
+// expect-error: label_repeated<gshard::literal<4>{"sum"}, gshard::literal<2>{"S"}, gshard::literal<4>{"SMS"}>
 // A label given twice.
 #include <gshard/gshard.hpp>
 #include <gshard/ops/reduce.hpp>

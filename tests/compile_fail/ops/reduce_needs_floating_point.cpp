@@ -1,4 +1,4 @@
-// expect-error: needs_floating_point<gshard::fixed_string<5>{"norm"}, gshard::fixed_string<6>{"B S:y"}>
+// expect-error: needs_floating_point<gshard::literal<5>{"norm"}, gshard::literal<6>{"B S:y"}>
 // The L2 norm of integers.
 #include <gshard/gshard.hpp>
 #include <gshard/ops/reduce.hpp>

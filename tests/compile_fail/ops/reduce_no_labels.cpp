@@ -1,4 +1,4 @@
-// expect-error: no_labels_to_reduce<gshard::fixed_string<5>{"mean"}
+// expect-error: no_labels_to_reduce<gshard::literal<5>{"mean"}
 // No label to reduce over.
 #include <gshard/gshard.hpp>
 #include <gshard/ops/reduce.hpp>

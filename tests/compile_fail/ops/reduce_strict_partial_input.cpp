@@ -1,4 +1,4 @@
-// expect-error: implicit_collective<gshard::fixed_string<10>{"logsumexp"}, 0, gshard::fixed_string<9>{"B S:y +x"}, gshard::fixed_string<6>{"B S:y"}>
+// expect-error: implicit_collective<gshard::literal<10>{"logsumexp"}, 0, gshard::literal<9>{"B S:y +x"}, gshard::literal<6>{"B S:y"}>
 // Strict mode: logsumexp of a pending partial sum needs an implicit AllReduce first.
 #define GSHARD_STRICT
 #include <gshard/gshard.hpp>

@@ -1,4 +1,4 @@
-// expect-error: scan_label_not_in_input<gshard::fixed_string<2>{"T"}, gshard::fixed_string<6>{"B S:y"}>
+// expect-error: scan_label_not_in_input<gshard::literal<2>{"T"}, gshard::literal<6>{"B S:y"}>
 // cumsum over a label the input does not have.
 #include <gshard/gshard.hpp>
 #include <gshard/ops/scan.hpp>

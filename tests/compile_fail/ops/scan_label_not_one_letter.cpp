@@ -1,4 +1,4 @@
-// expect-error: scan_label_must_be_one_letter<gshard::fixed_string<4>{"Seq"}, gshard::fixed_string<6>{"B S:y"}>
+// expect-error: scan_label_must_be_one_letter<gshard::literal<4>{"Seq"}, gshard::literal<6>{"B S:y"}>
 // Labels are one letter; "Seq" names no label.
 #include <gshard/gshard.hpp>
 #include <gshard/ops/scan.hpp>

@@ -1,4 +1,4 @@
-// expect-error: concat_operands_differ_in_labels<gshard::fixed_string<11>{"G:data S M"}, gshard::fixed_string<6>{"G S H"}
+// expect-error: concat_operands_differ_in_labels<gshard::literal<11>{"G:data S M"}, gshard::literal<6>{"G S H"}
 // Concatenating tensors whose labels differ.
 #include <gshard/ops/shape.hpp>
 

@@ -1,4 +1,4 @@
-// expect-error: give_exactly_one_label<gshard::fixed_string<3>{"GS"}
+// expect-error: give_exactly_one_label<gshard::literal<3>{"GS"}
 // pad takes one label, not two.
 #include <gshard/ops/shape.hpp>
 

@@ -1,4 +1,4 @@
-// expect-error: give_two_or_more_labels<gshard::fixed_string<2>{"G"}
+// expect-error: give_two_or_more_labels<gshard::literal<2>{"G"}
 // Merging a single label.
 #include <gshard/ops/shape.hpp>
 

@@ -1,4 +1,4 @@
-// expect-error: label_not_in_operand<gshard::fixed_string<2>{"Q"}
+// expect-error: label_not_in_operand<gshard::literal<2>{"Q"}
 // Slicing along a label the operand does not have.
 #include <gshard/ops/shape.hpp>
 

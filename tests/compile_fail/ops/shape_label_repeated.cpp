@@ -1,4 +1,4 @@
-// expect-error: label_repeated<gshard::fixed_string<2>{"A"}, gshard::fixed_string<3>{"AA"}
+// expect-error: label_repeated<gshard::literal<2>{"A"}, gshard::literal<3>{"AA"}
 // Splitting into the same label twice.
 #include <gshard/ops/shape.hpp>
 

@@ -1,4 +1,4 @@
-// expect-error: new_label_already_in_operand<gshard::fixed_string<2>{"M"}
+// expect-error: new_label_already_in_operand<gshard::literal<2>{"M"}
 // Merging G and S into a label the operand already has for another dimension.
 #include <gshard/ops/shape.hpp>
 

@@ -1,4 +1,4 @@
-// expect-error: result_has_more_than_8_dimensions<gshard::fixed_string<3>{"XY"}
+// expect-error: result_has_more_than_8_dimensions<gshard::literal<3>{"XY"}
 // Splitting one of 8 dimensions in two would make 9.
 #include <gshard/ops/shape.hpp>
 

@@ -1,4 +1,4 @@
-// expect-error: top_k_label_not_in_input<gshard::fixed_string<2>{"V"}, gshard::fixed_string<6>{"B S:y"}>
+// expect-error: top_k_label_not_in_input<gshard::literal<2>{"V"}, gshard::literal<6>{"B S:y"}>
 // top_k over a label the input does not have.
 #include <gshard/gshard.hpp>
 #include <gshard/ops/topk.hpp>

@@ -1,4 +1,4 @@
-// expect-error: new_label_already_in_input<gshard::fixed_string<2>{"B"}, gshard::fixed_string<6>{"B S:y"}>
+// expect-error: new_label_already_in_input<gshard::literal<2>{"B"}, gshard::literal<6>{"B S:y"}>
 // top_k's new label must not be another label of the input.
 #include <gshard/gshard.hpp>
 #include <gshard/ops/topk.hpp>

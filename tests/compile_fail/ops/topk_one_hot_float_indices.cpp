@@ -1,4 +1,4 @@
-// expect-error: one_hot_needs_integer_indices<gshard::fixed_string<2>{"E"}, gshard::fixed_string<6>{"B S:y"}>
+// expect-error: one_hot_needs_integer_indices<gshard::literal<2>{"E"}, gshard::literal<6>{"B S:y"}>
 // one_hot takes integer indices.
 #include <gshard/gshard.hpp>
 #include <gshard/ops/topk.hpp>
