@@ -19,7 +19,9 @@ bench=(python3-torch python3-matplotlib python3-venv python3-pip)
 case "$purpose" in
   build) ;;
   bench) packages+=("${bench[@]}") ;;
-  test) packages+=(clang-format python3-numpy clang libclang-rt-14-dev "${moe_lm[@]}") ;;
+  # clang-19: CI's clang pass; python3-venv: scripts/kokkos-openmp.sh fetches Kokkos' source.
+  test) packages+=(clang-format python3-numpy clang libclang-rt-14-dev clang-19 python3-venv
+    "${moe_lm[@]}") ;;
   demo) packages+=("${moe_lm[@]}") ;;
   *) echo "usage: $0 [build|test|demo|bench]" >&2; exit 2 ;;
 esac

@@ -12,9 +12,12 @@ if [ -f "$prefix/.complete" ]; then
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# The sdist's build backend needs scikit-build only to be present for `pip download` to succeed.
-python3 -m pip install -q scikit-build >&2
-python3 -m pip download -q --no-deps --no-binary :all: --no-build-isolation -d "$work" \
+# pip prepares the sdist's metadata with its build backend (scikit-build), so both live in a
+# venv of our own (Debian's python3 refuses pip installs outside one).
+venv="$cache/venv"
+[ -x "$venv/bin/pip" ] || python3 -m venv "$venv" >&2
+"$venv/bin/pip" install -q scikit-build >&2
+"$venv/bin/pip" download -q --no-deps --no-binary :all: --no-build-isolation -d "$work" \
   pykokkos-base==0.0.7 >&2
 tar -xzf "$work"/pykokkos-base-0.0.7.tar.gz -C "$work"
 src="$work/pykokkos-base-0.0.7/external/kokkos"

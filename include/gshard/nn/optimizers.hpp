@@ -572,7 +572,7 @@ class Sgd {
     const double lr_next = options_.learning_rate(driver_.steps() + 1);
     detail::check_rate("Sgd", lr_next, driver_.steps() + 1);
     driver_.run<detail::SgdState>(
-        "Sgd", params, grads, [this](const auto& p) { return make_state(p); },
+        "Sgd", params, grads, [this](const auto& p) { return this->make_state(p); },
         [&](const auto& p, const auto& g, auto& state, std::int64_t t) {
           const auto& pv = p.local_view();
           const bool has_momentum = state.momentum.has_value();
@@ -599,7 +599,7 @@ class Sgd {
             std::source_location where = std::source_location::current()) {
     const gshard::detail::UserSite site(where, "optimizer load");
     detail::load_state<detail::SgdState>("Sgd", driver_, r, params, prefix,
-                                         [this](const auto& p) { return make_state(p); });
+                                         [this](const auto& p) { return this->make_state(p); });
   }
 
  private:
@@ -645,7 +645,7 @@ class Adam {
                                 .c2 = 1 - std::pow(b2, static_cast<double>(t_next)),
                                 .decoupled = options_.decoupled_weight_decay};
     driver_.run<detail::AdamState>(
-        "Adam", params, grads, [this](const auto& p) { return make_state(p); },
+        "Adam", params, grads, [this](const auto& p) { return this->make_state(p); },
         [&](const auto& p, const auto& g, auto& state, std::int64_t) {
           detail::adam_update(p.local_view(), g.local_view(), state.m->local_view(),
                               state.v->local_view(), a);
@@ -670,7 +670,7 @@ class Adam {
             std::source_location where = std::source_location::current()) {
     const gshard::detail::UserSite site(where, "optimizer load");
     detail::load_state<detail::AdamState>("Adam", driver_, r, params, prefix,
-                                          [this](const auto& p) { return make_state(p); });
+                                          [this](const auto& p) { return this->make_state(p); });
   }
 
  private:
@@ -727,7 +727,7 @@ class Adafactor {
     detail::check_rate("Adafactor", base_lr, t_next);
     const double beta2t = 1 - std::pow(t, -options_.decay_rate);
     driver_.run<detail::AdafactorState>(
-        "Adafactor", params, grads, [this](const auto& p) { return make_state(p); },
+        "Adafactor", params, grads, [this](const auto& p) { return this->make_state(p); },
         [&](const auto& p, const auto& g, auto& state, std::int64_t) {
           update_one(p, g, state, base_lr, beta2t);
         });
@@ -751,7 +751,7 @@ class Adafactor {
             std::source_location where = std::source_location::current()) {
     const gshard::detail::UserSite site(where, "optimizer load");
     detail::load_state<detail::AdafactorState>("Adafactor", driver_, r, params, prefix,
-                                               [this](const auto& p) { return make_state(p); });
+                                               [this](const auto& p) { return this->make_state(p); });
   }
 
  private:

@@ -2,6 +2,7 @@
 // gshard::einsum<"GSM,EMH->EGSH">(a, b) and einsum<"GSM->GS">(a): the result's layout is fixed at
 // compile time by the rules of core/einsum.hpp; at run time each operand is resharded to the
 // layout those rules give it (often no communication), then every rank contracts its blocks.
+#include <array>
 #include <memory>
 #include <optional>
 #include <string>
@@ -213,21 +214,21 @@ class EinsumExpr {
     RT sa(a.layout, a.shape, a.data, a.partial_op);
     std::optional<RT> sb;
     if (b) sb = RT(b->layout, b->shape, b->data, b->partial_op);
-    const bool need_a = a.grad != nullptr;
-    const bool need_b = b && b->grad;
-    auto backward = [sa, sb, need_a, need_b, m = mesh()](const RT& g) {
+    // One capture for both flags: a unary einsum never reads need[1] (clang flags unused captures).
+    const std::array<bool, 2> need{a.grad != nullptr, b && b->grad};
+    auto backward = [sa, sb, need, m = mesh()](const RT& g) {
       const auto names = detail::axis_name_list<mesh_type>();
       const std::string_view out = parsed.spec.output;
       const std::string_view la = parsed.spec.operands[0];
       detail::Cotangents r;
-      if (need_a)
+      if (need[0])
         r.push_back(detail::einsum_operand_cotangent<value_type>(
             out, la, sa.layout, sa.shape, g, binary ? parsed.spec.operands[1] : std::string_view{},
             sb ? &*sb : nullptr, m.state(), names));
       else
         r.push_back(std::nullopt);
       if constexpr (binary) {
-        if (need_b)
+        if (need[1])
           r.push_back(detail::einsum_operand_cotangent<value_type>(
               out, parsed.spec.operands[1], sb->layout, sb->shape, g, la, &sa, m.state(), names));
         else

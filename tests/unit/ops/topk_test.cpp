@@ -75,7 +75,9 @@ std::pair<std::vector<double>, std::vector<Int>> naive_top_k(const std::vector<d
       std::vector<Int> order(static_cast<std::size_t>(n));
       for (Int j = 0; j < n; ++j) order[static_cast<std::size_t>(j)] = j;
       auto at = [&](Int j) { return g[static_cast<std::size_t>((o * n + j) * inner + i)]; };
-      std::stable_sort(order.begin(), order.end(), [&](Int a, Int b) { return at(a) > at(b); });
+      // Ties by position: std::sort, since clang 19 flags stable_sort's buffer in libstdc++ 12.
+      std::sort(order.begin(), order.end(),
+                [&](Int a, Int b) { return at(a) > at(b) || (at(a) == at(b) && a < b); });
       for (Int j = 0; j < k; ++j) {
         const auto out = static_cast<std::size_t>((o * k + j) * inner + i);
         v[out] = at(order[static_cast<std::size_t>(j)]);
