@@ -53,15 +53,20 @@ struct RowLoop {
   }
 };
 
+/// Runs a functor with both paths (operator()(row) and operator()(team member)) over `rows`.
+template <class Loop>
+void run_rows(const char* name, std::int64_t rows, const Loop& loop) {
+  if (rows <= 0) return;
+  if (row_teams())
+    Kokkos::parallel_for(name, Kokkos::TeamPolicy<>(static_cast<int>(rows), Kokkos::AUTO), loop);
+  else
+    Kokkos::parallel_for(name, Kokkos::RangePolicy<>(0, rows), loop);
+}
+
 /// k.element(s, j) for every element j of every row (s = k.begin(row)).
 template <class K>
 void for_each_row(const char* name, std::int64_t rows, const K& k) {
-  if (rows <= 0) return;
-  if (row_teams())
-    Kokkos::parallel_for(name, Kokkos::TeamPolicy<>(static_cast<int>(rows), Kokkos::AUTO),
-                         RowLoop<K>{k});
-  else
-    Kokkos::parallel_for(name, Kokkos::RangePolicy<>(0, rows), RowLoop<K>{k});
+  run_rows(name, rows, RowLoop<K>{k});
 }
 
 /// A Kokkos reducer over a row kernel's accumulator: K::Reduce gives identity() and
@@ -124,12 +129,7 @@ struct RowReduceLoop {
 /// (sums) or must be made exact by the tie rules (arg-max/min).
 template <class K>
 void reduce_rows(const char* name, std::int64_t rows, const K& k) {
-  if (rows <= 0) return;
-  if (row_teams())
-    Kokkos::parallel_for(name, Kokkos::TeamPolicy<>(static_cast<int>(rows), Kokkos::AUTO),
-                         RowReduceLoop<K>{k});
-  else
-    Kokkos::parallel_for(name, Kokkos::RangePolicy<>(0, rows), RowReduceLoop<K>{k});
+  run_rows(name, rows, RowReduceLoop<K>{k});
 }
 
 }  // namespace gshard::detail

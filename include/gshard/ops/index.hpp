@@ -454,12 +454,10 @@ inline RowShape row_shape(const GatherMap& m) {
 /// block is written (padding zero); an element reads the index at its a-offset and the table row
 /// at its b-offset plus (index - v_offset) * v_stride, or is zero when the index falls outside
 /// this rank's [0, v_valid) of the indexed label (another copy holds it, or it is negative).
-template <class T, class I>
-struct GatherRows {
+/// What both row kernels below start a row with: its a- and b-offsets, and whether it is padding.
+struct DecodedRows {
   GatherMap m;
   RowShape r;
-  Kokkos::View<I*> iv;
-  Kokkos::View<T*> tv, o;
   struct State {
     std::int64_t row, ia, ib;
     bool pad;
@@ -469,6 +467,12 @@ struct GatherRows {
     s.pad = decode_row(m, row, s.ia, s.ib);
     return s;
   }
+};
+
+template <class T, class I>
+struct GatherRows : DecodedRows {
+  Kokkos::View<I*> iv;
+  Kokkos::View<T*> tv, o;
   KOKKOS_INLINE_FUNCTION std::int64_t length(const State&) const { return r.inner; }
   KOKKOS_INLINE_FUNCTION void element(const State& s, const std::int64_t j) const {
     T value{};
@@ -487,7 +491,7 @@ Kokkos::View<T*> gather(const char* name, const GatherMap& m, std::int64_t size,
                      static_cast<std::size_t>(size));
   const RowShape r = row_shape(m);
   const std::int64_t rows = r.inner > 0 ? size / r.inner : 0;
-  for_each_row(name, rows, GatherRows<T, I>{m, r, iv, tv, o});
+  for_each_row(name, rows, GatherRows<T, I>{{m, r}, iv, tv, o});
   return o;
 }
 
@@ -496,21 +500,10 @@ Kokkos::View<T*> gather(const char* name, const GatherMap& m, std::int64_t size,
 /// this rank's [0, v_valid) (negative indices add nothing). Rows may add into the same place:
 /// detail::add_to (atomic, except on the Serial backend, which runs them in turn).
 template <class T, class I>
-struct ScatterRows {
-  GatherMap m;
-  RowShape r;
+struct ScatterRows : DecodedRows {
   Kokkos::View<T*> o;
   Kokkos::View<I*> iv;
   Kokkos::View<T*> vv;
-  struct State {
-    std::int64_t row, ia, ib;
-    bool pad;
-  };
-  KOKKOS_INLINE_FUNCTION State begin(const std::int64_t row) const {
-    State s{row, 0, 0, false};
-    s.pad = decode_row(m, row, s.ia, s.ib);
-    return s;
-  }
   KOKKOS_INLINE_FUNCTION std::int64_t length(const State& s) const {
     return s.pad ? 0 : r.valid;  // padding adds nothing
   }
@@ -527,7 +520,7 @@ void scatter_into(const char* name, const GatherMap& m, std::int64_t size,
                   const Kokkos::View<T*>& vv) {
   const RowShape r = row_shape(m);
   const std::int64_t rows = r.inner > 0 ? size / r.inner : 0;
-  for_each_row(name, rows, ScatterRows<T, I>{m, r, o, iv, vv});
+  for_each_row(name, rows, ScatterRows<T, I>{{m, r}, o, iv, vv});
 }
 
 }  // namespace index_ops

@@ -192,11 +192,7 @@ RuntimeTensor<T> cumsum_runtime(const RuntimeTensor<T>& x, char label, bool excl
   const Kokkos::View<T*> in = x.data;
   const Kokkos::View<T*> o = out.data;
   const CumsumLines<T> lines_kernel{in, o, totals, inner, chunk, valid, reverse, exclusive};
-  if (row_teams())
-    Kokkos::parallel_for("gshard::cumsum local",
-                         Kokkos::TeamPolicy<>(static_cast<int>(lines), Kokkos::AUTO), lines_kernel);
-  else
-    Kokkos::parallel_for("gshard::cumsum local", Kokkos::RangePolicy<>(0, lines), lines_kernel);
+  run_rows("gshard::cumsum local", lines, lines_kernel);
 
   const ScanAxes s = scan_axes(x.layout.dims[d], mesh);
   if (s.shards == 1 || lines == 0) return out;
