@@ -229,9 +229,9 @@ TEST_CASE("top_k's gradient lands on the chosen positions only; indices never re
     std::vector<int> order(9);
     for (int i = 0; i < 9; ++i) order[static_cast<std::size_t>(i)] = i;
     std::sort(order.begin(), order.end(), [&](int i, int j) {  // ties by position
-      const double x = xv[static_cast<std::size_t>(a * 9 + i)];
-      const double y = xv[static_cast<std::size_t>(a * 9 + j)];
-      return x > y || (x == y && i < j);
+      const double xi = xv[static_cast<std::size_t>(a * 9 + i)];
+      const double xj = xv[static_cast<std::size_t>(a * 9 + j)];
+      return xi > xj || (xi == xj && i < j);
     });
     for (int j = 0; j < 2; ++j)
       want[static_cast<std::size_t>(a * 9 + order[static_cast<std::size_t>(j)])] =
