@@ -349,15 +349,15 @@ void run_all(Bench& bench, int size) {
     }
 
     // split -> replicated: AllGather.
-    bench.run<LineReplicated, LineRows>(
-        line, "AllGather", "MPI_Allgather", "outer", 1u, {k * r, row}, [&](Raw& raw) {
-          raw.out.assign(k * p);
-          raw.collective = [&raw, g, p] {
-            MPI_Allgather(raw.in.data(), count(p), MPI_FLOAT, raw.out.data(), count(p), MPI_FLOAT,
-                          g);
-          };
-          raw.program = raw.collective;
-        });
+    bench.run<LineReplicated, LineRows>(line, "AllGather", "MPI_Allgather", "outer", 1u,
+                                        {k * r, row}, [&](Raw& raw) {
+                                          raw.out.assign(k * p);
+                                          raw.collective = [&raw, g, p] {
+                                            MPI_Allgather(raw.in.data(), count(p), MPI_FLOAT,
+                                                          raw.out.data(), count(p), MPI_FLOAT, g);
+                                          };
+                                          raw.program = raw.collective;
+                                        });
     bench.run<LineReplicated, LineColumns>(
         line, "AllGather", "MPI_Allgather", "inner", 1u, {p / c, row}, [&](Raw& raw) {
           // Local [p/c, c]; gathered pieces land side by side along B.

@@ -58,7 +58,8 @@ class MpiAccess {
 
  private:
   View view_;
-  decltype(Kokkos::create_mirror_view(std::declval<View&>())) host_;  // not HostMirror: renamed in 5.x
+  decltype(Kokkos::create_mirror_view(
+      std::declval<View&>())) host_;  // not HostMirror: renamed in 5.x
 };
 
 }  // namespace gshard::detail

@@ -67,11 +67,14 @@ constexpr bool check_spec() {
     } else if constexpr (parsed.error == SpecError::label_used_twice) {
       return sizeof(spec_error::label_used_twice<detail::shown<what>, detail::shown<Spec>>) == 0;
     } else if constexpr (parsed.error == SpecError::axis_used_twice) {
-      return sizeof(spec_error::mesh_axis_used_twice<detail::shown<what>, detail::shown<Spec>>) == 0;
+      return sizeof(spec_error::mesh_axis_used_twice<detail::shown<what>, detail::shown<Spec>>) ==
+             0;
     } else if constexpr (parsed.error == SpecError::partial_axis_splits) {
-      return sizeof(spec_error::partial_axis_also_splits_a_dimension<detail::shown<what>, detail::shown<Spec>>) == 0;
+      return sizeof(spec_error::partial_axis_also_splits_a_dimension<detail::shown<what>,
+                                                                     detail::shown<Spec>>) == 0;
     } else if constexpr (parsed.error == SpecError::dimension_after_partial) {
-      return sizeof(spec_error::dimension_after_partial_axis<detail::shown<what>, detail::shown<Spec>>) == 0;
+      return sizeof(spec_error::dimension_after_partial_axis<detail::shown<what>,
+                                                             detail::shown<Spec>>) == 0;
     } else {
       return sizeof(spec_error::too_many_dimensions<detail::shown<what>, detail::shown<Spec>>) == 0;
     }

@@ -224,9 +224,9 @@ constexpr std::size_t layout_spec_length(const Layout& l,
 }
 
 template <std::size_t Length, std::size_t N>
-constexpr fixed_string layout_spec(const Layout& l,
-                                               const std::array<std::string_view, N>& axes) {
-  static_assert(Length < fixed_string::capacity, "gshard: an inferred layout spec is longer than 63 characters");
+constexpr fixed_string layout_spec(const Layout& l, const std::array<std::string_view, N>& axes) {
+  static_assert(Length < fixed_string::capacity,
+                "gshard: an inferred layout spec is longer than 63 characters");
   fixed_string s;
   std::size_t n = 0;
   auto put = [&](std::string_view t) {

@@ -542,9 +542,10 @@ auto elementwise(std::source_location where, const Args&... args) {
     }();
     using Bad = std::tuple_element_t<static_cast<std::size_t>(bad), std::tuple<Args...>>;
     using Dom = std::tuple_element_t<static_cast<std::size_t>(dom), std::tuple<Args...>>;
-    static_assert(sizeof(elementwise_error::operand_labels_do_not_broadcast<
-                         detail::shown<name>, detail::shown<spec_of<typename Bad::mesh_type, Bad::layout>()>,
-                         detail::shown<spec_of<typename Dom::mesh_type, Dom::layout>()>>) == 0);
+    static_assert(
+        sizeof(elementwise_error::operand_labels_do_not_broadcast<
+               detail::shown<name>, detail::shown<spec_of<typename Bad::mesh_type, Bad::layout>()>,
+               detail::shown<spec_of<typename Dom::mesh_type, Dom::layout>()>>) == 0);
     return 0;
   } else {
     using First = std::tuple_element_t<first_tensor<Args...>(), std::tuple<Args...>>;
@@ -561,10 +562,12 @@ auto elementwise(std::source_location where, const Args&... args) {
     }
     (std::index_sequence_for<Args...>{});
     if constexpr (!one_mesh) {
-      static_assert(sizeof(elementwise_error::operands_on_different_meshes<detail::shown<name>>) == 0);
+      static_assert(sizeof(elementwise_error::operands_on_different_meshes<detail::shown<name>>) ==
+                    0);
       return 0;
     } else if constexpr (!one_type) {
-      static_assert(sizeof(elementwise_error::operands_differ_in_element_type<detail::shown<name>>) == 0);
+      static_assert(
+          sizeof(elementwise_error::operands_differ_in_element_type<detail::shown<name>>) == 0);
       return 0;
     } else if constexpr (Op::floating_only && !std::is_floating_point_v<V>) {
       static_assert(sizeof(elementwise_error::needs_floating_point<detail::shown<name>>) == 0);

@@ -195,7 +195,8 @@ ReshardPlan plan_operand(const E& e, const Layout& need) {
 template <class MeshT, fixed_string Op, int Which, Layout From, Layout To>
 constexpr bool strict_check() {
   if constexpr (strict_mode && !no_communication(From, To)) {
-    return sizeof(strict_error::implicit_collective<detail::shown<Op>, detail::shown<Which>, detail::shown<spec_of<MeshT, From>()>,
+    return sizeof(strict_error::implicit_collective<detail::shown<Op>, detail::shown<Which>,
+                                                    detail::shown<spec_of<MeshT, From>()>,
                                                     detail::shown<spec_of<MeshT, To>()>>) == 0;
   } else {
     return true;

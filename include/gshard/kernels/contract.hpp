@@ -25,8 +25,8 @@
 
 #include "../core/error.hpp"
 #include "copy_box.hpp"
-#include "math.hpp"
 #include "flops.hpp"
+#include "math.hpp"
 
 #if defined(GSHARD_HAVE_CBLAS)
 #include <cblas.h>
@@ -230,11 +230,16 @@ constexpr GemmVendor gemm_vendor() {
 template <class T>
 constexpr const char* gemm_vendor_name() {
   switch (gemm_vendor<Kokkos::DefaultExecutionSpace, T>()) {
-    case GemmVendor::cblas: return "OpenBLAS";
-    case GemmVendor::eigen: return "Eigen";
-    case GemmVendor::cublas: return "cuBLAS";
-    case GemmVendor::hipblas: return "hipBLAS";
-    default: return "Kokkos kernel";
+    case GemmVendor::cblas:
+      return "OpenBLAS";
+    case GemmVendor::eigen:
+      return "Eigen";
+    case GemmVendor::cublas:
+      return "cuBLAS";
+    case GemmVendor::hipblas:
+      return "hipBLAS";
+    default:
+      return "Kokkos kernel";
   }
 }
 
@@ -296,15 +301,16 @@ void gemm_hipblas(const T* a, bool trans_a, const T* b, bool trans_b, T* c, cons
   const T one = 1, zero = 0;
   hipblasStatus_t st;
   if constexpr (std::is_same_v<T, float>)
-    st = hipblasSgemmStridedBatched(h, op_b, op_a, n, m, k, &one, b, trans_b ? k : n, s.k * s.n,
-                                    a, trans_a ? m : k, s.m * s.k, &zero, c, n, s.m * s.n,
+    st = hipblasSgemmStridedBatched(h, op_b, op_a, n, m, k, &one, b, trans_b ? k : n, s.k * s.n, a,
+                                    trans_a ? m : k, s.m * s.k, &zero, c, n, s.m * s.n,
                                     static_cast<int>(s.batch));
   else
-    st = hipblasDgemmStridedBatched(h, op_b, op_a, n, m, k, &one, b, trans_b ? k : n, s.k * s.n,
-                                    a, trans_a ? m : k, s.m * s.k, &zero, c, n, s.m * s.n,
+    st = hipblasDgemmStridedBatched(h, op_b, op_a, n, m, k, &one, b, trans_b ? k : n, s.k * s.n, a,
+                                    trans_a ? m : k, s.m * s.k, &zero, c, n, s.m * s.n,
                                     static_cast<int>(s.batch));
   if (st != HIPBLAS_STATUS_SUCCESS)
-    throw Error("einsum", "hipBLAS GEMM failed with status " + std::to_string(static_cast<int>(st)));
+    throw Error("einsum",
+                "hipBLAS GEMM failed with status " + std::to_string(static_cast<int>(st)));
 }
 #endif
 

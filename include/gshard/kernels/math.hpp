@@ -47,8 +47,7 @@ namespace gshard::detail {
 /// backends return at once). Untraced, it fences nothing.
 class KernelSpan : public TraceSpan {
  public:
-  KernelSpan(const char* category, const char* name)
-      : TraceSpan((drain(), category), name) {}
+  KernelSpan(const char* category, const char* name) : TraceSpan((drain(), category), name) {}
   KernelSpan(const KernelSpan&) = delete;
   KernelSpan& operator=(const KernelSpan&) = delete;
   ~KernelSpan() {

@@ -25,8 +25,7 @@ namespace gshard::detail {
 /// Whether row kernels run as one team per row: on device execution spaces; on the host too when
 /// GSHARD_ROW_TEAMS=1 (the tests run the device path on the CPU backends that way).
 inline bool row_teams() {
-  if constexpr (!std::is_same_v<Kokkos::DefaultExecutionSpace,
-                                Kokkos::DefaultHostExecutionSpace>) {
+  if constexpr (!std::is_same_v<Kokkos::DefaultExecutionSpace, Kokkos::DefaultHostExecutionSpace>) {
     return true;
   } else {
     static const bool forced = [] {

@@ -750,8 +750,9 @@ class Adafactor {
             const std::string& prefix = "optimizer.",
             std::source_location where = std::source_location::current()) {
     const gshard::detail::UserSite site(where, "optimizer load");
-    detail::load_state<detail::AdafactorState>("Adafactor", driver_, r, params, prefix,
-                                               [this](const auto& p) { return this->make_state(p); });
+    detail::load_state<detail::AdafactorState>(
+        "Adafactor", driver_, r, params, prefix,
+        [this](const auto& p) { return this->make_state(p); });
   }
 
  private:

@@ -1200,7 +1200,8 @@ constexpr bool conv_spec_ok() {
     if constexpr (p.error == ConvSpecError::malformed)
       return sizeof(conv_error::malformed_conv_spec<detail::shown<what>, detail::shown<Spec>>) == 0;
     else
-      return sizeof(conv_error::label_repeated_in_conv_spec<detail::shown<what>, detail::shown<Spec>>) == 0;
+      return sizeof(conv_error::label_repeated_in_conv_spec<detail::shown<what>,
+                                                            detail::shown<Spec>>) == 0;
   }
 }
 
@@ -1216,7 +1217,8 @@ constexpr bool conv_in_input() {
   if constexpr (X::layout.find(Label) >= 0) {
     return true;
   } else {
-    return sizeof(conv_error::label_not_in_input<detail::shown<conv_label_fixed<Label>()>, detail::shown<X::spec>>) == 0;
+    return sizeof(conv_error::label_not_in_input<detail::shown<conv_label_fixed<Label>()>,
+                                                 detail::shown<X::spec>>) == 0;
   }
 }
 
@@ -1244,10 +1246,11 @@ constexpr bool conv_operands_ok() {
                            std::make_integer_sequence<int, s.spatial_count>{})) {
     return false;
   } else if constexpr (X::layout.find(s.out_channel) >= 0) {
-    return sizeof(conv_error::output_channel_label_in_input<detail::shown<conv_label_fixed<s.out_channel>()>,
-                                                            detail::shown<X::spec>>) == 0;
+    return sizeof(conv_error::output_channel_label_in_input<
+                  detail::shown<conv_label_fixed<s.out_channel>()>, detail::shown<X::spec>>) == 0;
   } else if constexpr (!weights_match) {
-    return sizeof(conv_error::weight_labels_differ_from_conv_spec<detail::shown<Spec>, detail::shown<W::spec>>) == 0;
+    return sizeof(conv_error::weight_labels_differ_from_conv_spec<detail::shown<Spec>,
+                                                                  detail::shown<W::spec>>) == 0;
   } else {
     return true;
   }
@@ -1258,7 +1261,9 @@ constexpr bool conv_count_ok() {
   if constexpr (Count == 0 || parse_conv(Spec.view()).spec.spatial_count == Count)
     return true;
   else
-    return sizeof(conv_error::wrong_spatial_label_count<detail::shown<Spec>, detail::shown<Count>>) == 0;
+    return sizeof(
+               conv_error::wrong_spatial_label_count<detail::shown<Spec>, detail::shown<Count>>) ==
+           0;
 }
 
 template <fixed_string Name, fixed_string Spec, int Count, class X, class W>

@@ -65,13 +65,17 @@ constexpr bool check_einsum_spec() {
   } else {
     constexpr auto what = make_fixed<p.offending.size()>(p.offending);
     if constexpr (p.error == EinsumError::malformed)
-      return sizeof(einsum_error::malformed_einsum<detail::shown<what>, detail::shown<Einsum>>) == 0;
+      return sizeof(einsum_error::malformed_einsum<detail::shown<what>, detail::shown<Einsum>>) ==
+             0;
     else if constexpr (p.error == EinsumError::label_repeated)
-      return sizeof(einsum_error::label_repeated_in_einsum_term<detail::shown<what>, detail::shown<Einsum>>) == 0;
+      return sizeof(einsum_error::label_repeated_in_einsum_term<detail::shown<what>,
+                                                                detail::shown<Einsum>>) == 0;
     else if constexpr (p.error == EinsumError::too_many_labels)
-      return sizeof(einsum_error::more_than_8_labels_in_einsum_term<detail::shown<what>, detail::shown<Einsum>>) == 0;
+      return sizeof(einsum_error::more_than_8_labels_in_einsum_term<detail::shown<what>,
+                                                                    detail::shown<Einsum>>) == 0;
     else
-      return sizeof(einsum_error::output_label_in_no_operand<detail::shown<what>, detail::shown<Einsum>>) == 0;
+      return sizeof(einsum_error::output_label_in_no_operand<detail::shown<what>,
+                                                             detail::shown<Einsum>>) == 0;
   }
 }
 
@@ -90,7 +94,8 @@ constexpr bool check_operand() {
     return true;
   } else {
     constexpr auto labels = make_fixed<term.size()>(term);
-    return sizeof(einsum_error::operand_labels_differ_from_its_spec<detail::shown<labels>, detail::shown<Operand::spec>>) == 0;
+    return sizeof(einsum_error::operand_labels_differ_from_its_spec<
+                  detail::shown<labels>, detail::shown<Operand::spec>>) == 0;
   }
 }
 

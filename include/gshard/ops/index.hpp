@@ -43,6 +43,7 @@
 // Gradients: take_along's table cotangent is a local scatter of g at the used indices (in g's
 // splits); scatter_add_along's values cotangent is a take_along of g.
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <cstdint>
 #include <source_location>
 #include <string>
@@ -497,8 +498,7 @@ Kokkos::View<T*> gather(const char* name, const GatherMap& m, std::int64_t size,
 
 /// The adds of scatter_add and scatter_add_along, row by row: each valid value is added at its
 /// b-offset plus (index - v_offset) * v_stride of `o` when the index at its a-offset falls in
-/// this rank's [0, v_valid) (negative indices add nothing). Rows may add into the same place:
-/// detail::add_to (atomic, except on the Serial backend, which runs them in turn).
+/// this rank's [0, v_valid) (negative indices add nothing). Rows may add into the same place.
 template <class T, class I>
 struct ScatterRows : DecodedRows {
   Kokkos::View<T*> o;
@@ -507,10 +507,33 @@ struct ScatterRows : DecodedRows {
   KOKKOS_INLINE_FUNCTION std::int64_t length(const State& s) const {
     return s.pad ? 0 : r.valid;  // padding adds nothing
   }
+  template <bool Atomic = true>
   KOKKOS_INLINE_FUNCTION void element(const State& s, const std::int64_t j) const {
     const std::int64_t v = static_cast<std::int64_t>(iv(s.ia + j * r.a_stride)) - m.v_offset;
     if (v < 0 || v >= m.v_valid) return;
-    add_to(o(s.ib + j * r.b_stride + v * m.v_stride), vv(s.row * r.inner + j));
+    T& target = o(s.ib + j * r.b_stride + v * m.v_stride);
+    if constexpr (Atomic)
+      add_to(target, vv(s.row * r.inner + j));
+    else
+      target += vv(s.row * r.inner + j);
+  }
+};
+
+/// The host path of scatter_into: part p adds columns [j0, j1) of the innermost label of every
+/// row, rows in order. Columns of a label the target has are distinct target elements, so no
+/// two parts meet: no atomics, and each element's sum is taken in row order whatever the thread
+/// count (bitwise repeatable, as on Serial).
+template <class T, class I>
+struct ScatterColumns {
+  ScatterRows<T, I> k;
+  std::int64_t rows, parts;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t p) const {
+    const std::int64_t j0 = k.r.valid * p / parts, j1 = k.r.valid * (p + 1) / parts;
+    for (std::int64_t row = 0; row < rows; ++row) {
+      const auto s = k.begin(row);
+      if (s.pad) continue;
+      for (std::int64_t j = j0; j < j1; ++j) k.template element<false>(s, j);
+    }
   }
 };
 
@@ -520,7 +543,20 @@ void scatter_into(const char* name, const GatherMap& m, std::int64_t size,
                   const Kokkos::View<T*>& vv) {
   const RowShape r = row_shape(m);
   const std::int64_t rows = r.inner > 0 ? size / r.inner : 0;
-  for_each_row(name, rows, ScatterRows<T, I>{{m, r}, o, iv, vv});
+  const ScatterRows<T, I> k{{m, r}, o, iv, vv};
+  if (row_teams()) {
+    // Devices: one team per row, atomic adds (their order, and so the last bits, may vary).
+    for_each_row(name, rows, k);
+    return;
+  }
+  // The innermost label splits over the threads only when the target has it (else every column
+  // adds into the same elements: one part).
+  const std::int64_t threads = Kokkos::DefaultExecutionSpace().concurrency();
+  const std::int64_t parts =
+      r.b_stride != 0 ? std::max<std::int64_t>(1, std::min(threads, r.valid)) : 1;
+  if (rows > 0)
+    Kokkos::parallel_for(name, Kokkos::RangePolicy<>(0, parts),
+                         ScatterColumns<T, I>{k, rows, parts});
 }
 
 }  // namespace index_ops
@@ -862,7 +898,8 @@ inline constexpr bool is_index_type_v =
 template <fixed_string Label, class Indices>
 constexpr bool check_index_operands_common() {
   if constexpr (Label.size() != 1) {
-    return sizeof(index_error::label_must_be_one_letter<detail::shown<Label>, detail::shown<Indices::spec>>) == 0;
+    return sizeof(index_error::label_must_be_one_letter<detail::shown<Label>,
+                                                        detail::shown<Indices::spec>>) == 0;
   } else if constexpr (!is_index_type_v<typename Indices::value_type>) {
     return sizeof(index_error::indices_must_be_int32_or_int64<detail::shown<Indices::spec>>) == 0;
   } else {
@@ -888,13 +925,17 @@ constexpr bool check_take() {
   if constexpr (!check_index_operands_common<Label, Indices>()) {
     return false;
   } else if constexpr (Table::layout.find(Label.data[0]) < 0) {
-    return sizeof(index_error::indexed_label_not_in_table<detail::shown<Label>, detail::shown<Table::spec>>) == 0;
+    return sizeof(index_error::indexed_label_not_in_table<detail::shown<Label>,
+                                                          detail::shown<Table::spec>>) == 0;
   } else if constexpr (first_shared_label<Table, Indices>() >= 0) {
     constexpr char c = Indices::layout.dims[first_shared_label<Table, Indices>()].label;
     constexpr fixed_string l = one_letter(c);
-    return sizeof(index_error::index_label_also_in_table<detail::shown<l>, detail::shown<Table::spec>, detail::shown<Indices::spec>>) == 0;
+    return sizeof(
+               index_error::index_label_also_in_table<detail::shown<l>, detail::shown<Table::spec>,
+                                                      detail::shown<Indices::spec>>) == 0;
   } else if constexpr (Table::layout.rank + Indices::layout.rank - 1 > max_dims) {
-    return sizeof(index_error::result_has_more_than_8_labels<detail::shown<Table::spec>, detail::shown<Indices::spec>>) == 0;
+    return sizeof(index_error::result_has_more_than_8_labels<detail::shown<Table::spec>,
+                                                             detail::shown<Indices::spec>>) == 0;
   } else {
     return true;
   }
@@ -912,11 +953,14 @@ constexpr bool check_scatter() {
   if constexpr (!check_index_operands_common<Label, Indices>()) {
     return false;
   } else if constexpr (Values::layout.find(Label.data[0]) >= 0) {
-    return sizeof(index_error::scattered_label_already_in_values<detail::shown<Label>, detail::shown<Values::spec>>) == 0;
+    return sizeof(index_error::scattered_label_already_in_values<detail::shown<Label>,
+                                                                 detail::shown<Values::spec>>) == 0;
   } else if constexpr (first_missing_label<Values, Indices>() >= 0) {
     constexpr char c = Indices::layout.dims[first_missing_label<Values, Indices>()].label;
     constexpr fixed_string l = one_letter(c);
-    return sizeof(index_error::index_label_not_in_values<detail::shown<l>, detail::shown<Values::spec>, detail::shown<Indices::spec>>) == 0;
+    return sizeof(
+               index_error::index_label_not_in_values<detail::shown<l>, detail::shown<Values::spec>,
+                                                      detail::shown<Indices::spec>>) == 0;
   } else {
     return true;
   }
@@ -927,11 +971,14 @@ constexpr bool check_take_along() {
   if constexpr (!check_index_operands_common<Label, Indices>()) {
     return false;
   } else if constexpr (Table::layout.find(Label.data[0]) < 0) {
-    return sizeof(index_error::along_label_not_in_table<detail::shown<Label>, detail::shown<Table::spec>>) == 0;
+    return sizeof(index_error::along_label_not_in_table<detail::shown<Label>,
+                                                        detail::shown<Table::spec>>) == 0;
   } else if constexpr (Indices::layout.find(Label.data[0]) >= 0) {
-    return sizeof(index_error::along_label_in_indices<detail::shown<Label>, detail::shown<Indices::spec>>) == 0;
+    return sizeof(index_error::along_label_in_indices<detail::shown<Label>,
+                                                      detail::shown<Indices::spec>>) == 0;
   } else if constexpr (!take_along_layouts(Table::layout, Indices::layout, Label.data[0]).ok) {
-    return sizeof(index_error::along_result_has_more_than_8_labels<detail::shown<Table::spec>, detail::shown<Indices::spec>>) ==
+    return sizeof(index_error::along_result_has_more_than_8_labels<detail::shown<Table::spec>,
+                                                                   detail::shown<Indices::spec>>) ==
            0;
   } else {
     return true;
@@ -950,20 +997,24 @@ constexpr bool check_scatter_along() {
   if constexpr (!check_index_operands_common<Label, Indices>()) {
     return false;
   } else if constexpr (Values::layout.find(Label.data[0]) >= 0) {
-    return sizeof(index_error::along_label_already_in_values<detail::shown<Label>, detail::shown<Values::spec>>) == 0;
+    return sizeof(index_error::along_label_already_in_values<detail::shown<Label>,
+                                                             detail::shown<Values::spec>>) == 0;
   } else if constexpr (first_missing_label<Values, Indices>() >= 0) {
     constexpr char c = Indices::layout.dims[first_missing_label<Values, Indices>()].label;
     constexpr fixed_string l = one_letter(c);
-    return sizeof(index_error::along_index_label_not_in_values<detail::shown<l>, detail::shown<Values::spec>, detail::shown<Indices::spec>>) ==
+    return sizeof(index_error::along_index_label_not_in_values<
+                  detail::shown<l>, detail::shown<Values::spec>, detail::shown<Indices::spec>>) ==
            0;
   } else if constexpr (first_batch_label_missing<Batch, Indices>() >= 0) {
-    constexpr fixed_string l =
-        one_letter(Batch.data[first_batch_label_missing<Batch, Indices>()]);
-    return sizeof(index_error::along_batch_label_not_in_indices<detail::shown<l>, detail::shown<Batch>, detail::shown<Indices::spec>>) == 0;
+    constexpr fixed_string l = one_letter(Batch.data[first_batch_label_missing<Batch, Indices>()]);
+    return sizeof(
+               index_error::along_batch_label_not_in_indices<detail::shown<l>, detail::shown<Batch>,
+                                                             detail::shown<Indices::spec>>) == 0;
   } else if constexpr (!scatter_along_layouts(Values::layout, Indices::layout, Label.data[0],
                                               Batch.view())
                             .ok) {
-    return sizeof(index_error::along_result_has_more_than_8_labels<detail::shown<Values::spec>, detail::shown<Indices::spec>>) ==
+    return sizeof(index_error::along_result_has_more_than_8_labels<detail::shown<Values::spec>,
+                                                                   detail::shown<Indices::spec>>) ==
            0;
   } else {
     return true;

@@ -250,10 +250,10 @@ RuntimeTensor<T> normalize_runtime(Normalization kind, char label, const MeshSta
     stats->gain = g;
     stats->has_gain = has_gain;
   }
-  for_each_row("gshard::normalize", rs.out_size,
-               NormalizeRows<T>{kind, rs, label_valid, label_stride, label_ext, count,
-                                static_cast<T>(eps), s1, s2, xv, y, g, b, has_gain, has_bias,
-                                keep, kept_shift, kept_scale});
+  for_each_row(
+      "gshard::normalize", rs.out_size,
+      NormalizeRows<T>{kind, rs, label_valid, label_stride, label_ext, count, static_cast<T>(eps),
+                       s1, s2, xv, y, g, b, has_gain, has_bias, keep, kept_shift, kept_scale});
   return out;
 }
 
@@ -384,8 +384,8 @@ Cotangents layer_norm_cotangents(bool rms, char label, const RuntimeTensor<T>& x
   Kokkos::View<T*> gx("gshard::layer_norm_grad g xhat", want[1] ? n : 0);
   Kokkos::View<T*> dx("gshard::layer_norm_grad", want[0] ? n : 0);
   const bool need_gx = want[1];
-  const LayerNormGradRows<T> k{rs,   label_valid, label_stride, rows, count, rms,  has_gain,
-                               need_gx, gv, xv, shift, scale, gain, gx, sums, dx};
+  const LayerNormGradRows<T> k{rs, label_valid, label_stride, rows,  count, rms, has_gain, need_gx,
+                               gv, xv,          shift,        scale, gain,  gx,  sums,     dx};
   reduce_rows("gshard::layer_norm_grad sums", rows, k);
   Cotangents out(3);
   if (want[0]) {
@@ -406,8 +406,8 @@ template <fixed_string Op, fixed_string Label, class P>
 constexpr bool parameter_ok() {
   constexpr Layout pl = P::layout;
   if constexpr (pl.rank != 1 || pl.dims[0].label != Label.view()[0]) {
-    return sizeof(normalize_error::gain_or_bias_labels_differ_from_the_label<detail::shown<Op>, detail::shown<Label>, detail::shown<P::spec>>) ==
-           0;
+    return sizeof(normalize_error::gain_or_bias_labels_differ_from_the_label<
+                  detail::shown<Op>, detail::shown<Label>, detail::shown<P::spec>>) == 0;
   } else {
     return true;
   }
@@ -416,11 +416,16 @@ constexpr bool parameter_ok() {
 template <fixed_string Op, fixed_string Label, class E, class... P>
 constexpr bool normalize_ok() {
   if constexpr (Label.view().size() != 1) {
-    return sizeof(normalize_error::give_exactly_one_label<detail::shown<Op>, detail::shown<Label>>) == 0;
+    return sizeof(
+               normalize_error::give_exactly_one_label<detail::shown<Op>, detail::shown<Label>>) ==
+           0;
   } else if constexpr (E::layout.find(Label.view()[0]) < 0) {
-    return sizeof(normalize_error::label_not_in_input<detail::shown<Op>, detail::shown<Label>, detail::shown<E::spec>>) == 0;
+    return sizeof(normalize_error::label_not_in_input<detail::shown<Op>, detail::shown<Label>,
+                                                      detail::shown<E::spec>>) == 0;
   } else if constexpr (!std::is_floating_point_v<typename E::value_type>) {
-    return sizeof(normalize_error::needs_floating_point<detail::shown<Op>, detail::shown<E::spec>>) == 0;
+    return sizeof(
+               normalize_error::needs_floating_point<detail::shown<Op>, detail::shown<E::spec>>) ==
+           0;
   } else {
     return (parameter_ok<Op, Label, P>() && ...);
   }

@@ -158,7 +158,8 @@ constexpr bool check_floating() {
   if constexpr (std::is_floating_point_v<typename E::value_type>)
     return true;
   else
-    return sizeof(random_error::needs_floating_point<detail::shown<Op>, detail::shown<E::spec>>) == 0;
+    return sizeof(random_error::needs_floating_point<detail::shown<Op>, detail::shown<E::spec>>) ==
+           0;
 }
 
 template <class E>

@@ -215,11 +215,16 @@ struct ReduceKind {
   KOKKOS_INLINE_FUNCTION static T lowest() { return lowest_value; }
   KOKKOS_INLINE_FUNCTION static T highest() { return highest_value; }
   KOKKOS_INLINE_FUNCTION static Acc identity() {
-    if constexpr (K == LocalReduce::max) return lowest();
-    else if constexpr (K == LocalReduce::min) return highest();
-    else if constexpr (K == LocalReduce::argmax) return ArgAcc{lowest(), none};
-    else if constexpr (K == LocalReduce::argmin) return ArgAcc{highest(), none};
-    else return T{};
+    if constexpr (K == LocalReduce::max)
+      return lowest();
+    else if constexpr (K == LocalReduce::min)
+      return highest();
+    else if constexpr (K == LocalReduce::argmax)
+      return ArgAcc{lowest(), none};
+    else if constexpr (K == LocalReduce::argmin)
+      return ArgAcc{highest(), none};
+    else
+      return T{};
   }
   KOKKOS_INLINE_FUNCTION static void combine(Acc& dest, const Acc& src) {
     if constexpr (K == LocalReduce::max) {
@@ -228,8 +233,8 @@ struct ReduceKind {
       dest = src < dest ? src : dest;
     } else if constexpr (arg) {
       if (src.index == none) return;
-      const bool better = K == LocalReduce::argmax ? src.value > dest.value
-                                                    : src.value < dest.value;
+      const bool better =
+          K == LocalReduce::argmax ? src.value > dest.value : src.value < dest.value;
       if (dest.index == none || better || (src.value == dest.value && src.index < dest.index))
         dest = src;
     } else {
@@ -254,7 +259,11 @@ struct ReduceRows {
 
   ReduceRows(const ReduceShape& shape, const Kokkos::View<T*>& in_, const Kokkos::View<T*>& out_,
              const Kokkos::View<T*>& shift_, const Kokkos::View<std::int64_t*>& index_)
-      : g(shape), in(in_), out(out_), shift(shift_), index(index_),
+      : g(shape),
+        in(in_),
+        out(out_),
+        shift(shift_),
+        index(index_),
         last(shape.reduced - 1),
         inner(last >= 0 ? shape.red_valid[last] : 1),
         inner_stride(last >= 0 ? shape.red_stride[last] : 0),
@@ -284,8 +293,10 @@ struct ReduceRows {
     if constexpr (K == LocalReduce::sumsq) {
       return v * v;
     } else if constexpr (K == LocalReduce::sumexp) {
-      if constexpr (floating) return math::exp(v - s.m);
-      else return T{};
+      if constexpr (floating)
+        return math::exp(v - s.m);
+      else
+        return T{};
     } else if constexpr (K == LocalReduce::sumsqdev) {
       return (v - s.m) * (v - s.m);
     } else if constexpr (Reduce::arg) {
@@ -320,8 +331,8 @@ struct ReduceRows {
         gi += (g.red_offset[d] + idx[d]) * g.red_gstride[d];
       }
       for (std::int64_t i = 0; i < inner; ++i)
-        Reduce::combine(acc, value(s, in(at + i * inner_stride),
-                                   gi + (inner_offset + i) * inner_gstride));
+        Reduce::combine(
+            acc, value(s, in(at + i * inner_stride), gi + (inner_offset + i) * inner_gstride));
       for (int d = last - 1; d >= 0; --d) {  // odometer over the other reduced dimensions
         if (++idx[d] < g.red_valid[d]) break;
         idx[d] = 0;
@@ -566,17 +577,21 @@ template <Reduction K, fixed_string Op, fixed_string Labels, class E>
 constexpr bool reduce_ok() {
   constexpr ReduceLabelCheck c = check_reduce_labels(Labels.view(), E::layout);
   if constexpr (c.error == 3) {
-    return sizeof(reduce_error::no_labels_to_reduce<detail::shown<Op>, detail::shown<E::spec>>) == 0;
+    return sizeof(reduce_error::no_labels_to_reduce<detail::shown<Op>, detail::shown<E::spec>>) ==
+           0;
   } else if constexpr (c.error == 1) {
     constexpr auto label = make_fixed<1>(Labels.view().substr(c.at, 1));
-    return sizeof(reduce_error::label_not_in_input<detail::shown<Op>, detail::shown<label>, detail::shown<E::spec>>) == 0;
+    return sizeof(reduce_error::label_not_in_input<detail::shown<Op>, detail::shown<label>,
+                                                   detail::shown<E::spec>>) == 0;
   } else if constexpr (c.error == 2) {
     constexpr auto label = make_fixed<1>(Labels.view().substr(c.at, 1));
-    return sizeof(reduce_error::label_repeated<detail::shown<Op>, detail::shown<label>, detail::shown<Labels>>) == 0;
+    return sizeof(reduce_error::label_repeated<detail::shown<Op>, detail::shown<label>,
+                                               detail::shown<Labels>>) == 0;
   } else if constexpr ((K == Reduction::mean || K == Reduction::logsumexp ||
                         K == Reduction::norm) &&
                        !std::is_floating_point_v<typename E::value_type>) {
-    return sizeof(reduce_error::needs_floating_point<detail::shown<Op>, detail::shown<E::spec>>) == 0;
+    return sizeof(reduce_error::needs_floating_point<detail::shown<Op>, detail::shown<E::spec>>) ==
+           0;
   } else {
     return true;
   }

@@ -230,9 +230,12 @@ RuntimeTensor<T> cumsum_runtime(const RuntimeTensor<T>& x, char label, bool excl
 template <fixed_string Label, class E>
 constexpr bool check_scan_label() {
   if constexpr (Label.size() != 1 || !is_letter(Label.view()[0])) {
-    return sizeof(scan_error::scan_label_must_be_one_letter<detail::shown<Label>, detail::shown<E::spec>>) == 0;
+    return sizeof(scan_error::scan_label_must_be_one_letter<detail::shown<Label>,
+                                                            detail::shown<E::spec>>) == 0;
   } else if constexpr (E::layout.find(Label.view()[0]) < 0) {
-    return sizeof(scan_error::scan_label_not_in_input<detail::shown<Label>, detail::shown<E::spec>>) == 0;
+    return sizeof(
+               scan_error::scan_label_not_in_input<detail::shown<Label>, detail::shown<E::spec>>) ==
+           0;
   } else {
     return true;
   }

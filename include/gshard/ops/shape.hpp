@@ -186,7 +186,9 @@ constexpr bool check_one_label() {
   if constexpr (Label.size() != 1) {
     return sizeof(shape_error::give_exactly_one_label<detail::shown<Label>>) == 0;
   } else if constexpr (X::layout.find(Label.data[0]) < 0) {
-    return sizeof(shape_error::label_not_in_operand<detail::shown<Label>, detail::shown<X::spec>>) == 0;
+    return sizeof(
+               shape_error::label_not_in_operand<detail::shown<Label>, detail::shown<X::spec>>) ==
+           0;
   } else {
     return true;
   }
@@ -217,11 +219,13 @@ constexpr bool check_merge() {
     return sizeof(shape_error::label_repeated<detail::shown<what>, detail::shown<Labels>>) == 0;
   } else if constexpr (missing >= 0) {
     constexpr auto what = make_fixed<1>(labels.substr(static_cast<std::size_t>(missing), 1));
-    return sizeof(shape_error::label_not_in_operand<detail::shown<what>, detail::shown<X::spec>>) == 0;
+    return sizeof(shape_error::label_not_in_operand<detail::shown<what>, detail::shown<X::spec>>) ==
+           0;
   } else if constexpr (Merged.size() != 1) {
     return sizeof(shape_error::give_exactly_one_label<detail::shown<Merged>>) == 0;
   } else if constexpr (X::layout.find(Merged.data[0]) >= 0 && !has_label(labels, Merged.data[0])) {
-    return sizeof(shape_error::new_label_already_in_operand<detail::shown<Merged>, detail::shown<X::spec>>) == 0;
+    return sizeof(shape_error::new_label_already_in_operand<detail::shown<Merged>,
+                                                            detail::shown<X::spec>>) == 0;
   } else {
     return true;
   }
@@ -245,9 +249,11 @@ constexpr bool check_split() {
     return sizeof(shape_error::label_repeated<detail::shown<what>, detail::shown<Into>>) == 0;
   } else if constexpr (taken >= 0) {
     constexpr auto what = make_fixed<1>(into.substr(static_cast<std::size_t>(taken), 1));
-    return sizeof(shape_error::new_label_already_in_operand<detail::shown<what>, detail::shown<X::spec>>) == 0;
+    return sizeof(shape_error::new_label_already_in_operand<detail::shown<what>,
+                                                            detail::shown<X::spec>>) == 0;
   } else if constexpr (X::layout.rank - 1 + static_cast<int>(Into.size()) > max_dims) {
-    return sizeof(shape_error::result_has_more_than_8_dimensions<detail::shown<Into>, detail::shown<X::spec>>) == 0;
+    return sizeof(shape_error::result_has_more_than_8_dimensions<detail::shown<Into>,
+                                                                 detail::shown<X::spec>>) == 0;
   } else {
     return true;
   }
@@ -947,7 +953,8 @@ namespace detail {
 template <fixed_string Label, class A, class B>
 constexpr bool check_concat_operand() {
   if constexpr (!same_label_set(A::layout, B::layout)) {
-    return sizeof(shape_error::concat_operands_differ_in_labels<detail::shown<A::spec>, detail::shown<B::spec>>) == 0;
+    return sizeof(shape_error::concat_operands_differ_in_labels<detail::shown<A::spec>,
+                                                                detail::shown<B::spec>>) == 0;
   } else {
     static_assert(std::is_same_v<typename A::value_type, typename B::value_type> &&
                       std::is_same_v<typename A::mesh_type, typename B::mesh_type>,

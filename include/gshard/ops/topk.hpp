@@ -331,7 +331,8 @@ RuntimeTensor<V> one_hot_runtime(const RuntimeTensor<I>& input, char new_label, 
 template <fixed_string Label, class E>
 constexpr bool topk_one_letter() {
   if constexpr (Label.size() != 1 || !is_letter(Label.view()[0]))
-    return sizeof(topk_error::label_must_be_one_letter<detail::shown<Label>, detail::shown<E::spec>>) == 0;
+    return sizeof(topk_error::label_must_be_one_letter<detail::shown<Label>,
+                                                       detail::shown<E::spec>>) == 0;
   else
     return true;
 }
@@ -341,10 +342,12 @@ constexpr bool check_top_k() {
   if constexpr (!topk_one_letter<Label, E>() || !topk_one_letter<NewLabel, E>()) {
     return false;
   } else if constexpr (E::layout.find(Label.view()[0]) < 0) {
-    return sizeof(topk_error::top_k_label_not_in_input<detail::shown<Label>, detail::shown<E::spec>>) == 0;
+    return sizeof(topk_error::top_k_label_not_in_input<detail::shown<Label>,
+                                                       detail::shown<E::spec>>) == 0;
   } else if constexpr (NewLabel.view()[0] != Label.view()[0] &&
                        E::layout.find(NewLabel.view()[0]) >= 0) {
-    return sizeof(topk_error::new_label_already_in_input<detail::shown<NewLabel>, detail::shown<E::spec>>) == 0;
+    return sizeof(topk_error::new_label_already_in_input<detail::shown<NewLabel>,
+                                                         detail::shown<E::spec>>) == 0;
   } else {
     return true;
   }
@@ -356,11 +359,14 @@ constexpr bool check_one_hot() {
   if constexpr (!topk_one_letter<NewLabel, E>()) {
     return false;
   } else if constexpr (!std::is_same_v<I, std::int32_t> && !std::is_same_v<I, std::int64_t>) {
-    return sizeof(topk_error::one_hot_needs_integer_indices<detail::shown<NewLabel>, detail::shown<E::spec>>) == 0;
+    return sizeof(topk_error::one_hot_needs_integer_indices<detail::shown<NewLabel>,
+                                                            detail::shown<E::spec>>) == 0;
   } else if constexpr (E::layout.find(NewLabel.view()[0]) >= 0) {
-    return sizeof(topk_error::new_label_already_in_input<detail::shown<NewLabel>, detail::shown<E::spec>>) == 0;
+    return sizeof(topk_error::new_label_already_in_input<detail::shown<NewLabel>,
+                                                         detail::shown<E::spec>>) == 0;
   } else if constexpr (E::layout.rank >= max_dims) {
-    return sizeof(topk_error::one_hot_too_many_labels<detail::shown<NewLabel>, detail::shown<E::spec>>) == 0;
+    return sizeof(topk_error::one_hot_too_many_labels<detail::shown<NewLabel>,
+                                                      detail::shown<E::spec>>) == 0;
   } else {
     return true;
   }

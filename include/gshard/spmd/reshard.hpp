@@ -486,7 +486,9 @@ ReshardPlan plan_reshard(const Sharded<T, MeshT, Spec>& source) {
                     std::is_same_v<typename Target::mesh_type, MeshT>,
                 "gshard::reshard: the target must have the same element type and mesh");
   if constexpr (!detail::same_label_set(Sharded<T, MeshT, Spec>::layout, Target::layout)) {
-    static_assert(sizeof(layout_error::labels_differ_between_layouts<detail::shown<Spec>, detail::shown<Target::spec>>) == 0);
+    static_assert(
+        sizeof(layout_error::labels_differ_between_layouts<detail::shown<Spec>,
+                                                           detail::shown<Target::spec>>) == 0);
   }
   return detail::plan_reshard(Sharded<T, MeshT, Spec>::layout, Target::layout, source.shape(),
                               source.mesh().sizes(), source.mesh().coordinates(),

@@ -190,7 +190,9 @@ class Sharded {
     } else {
       using Result = Sharded<T, MeshT, NewSpec>;
       if constexpr (!same_axes_as(Result::layout)) {
-        static_assert(sizeof(layout_error::renamed_layout_must_keep_axes<detail::shown<Spec>, detail::shown<NewSpec>>) == 0);
+        static_assert(sizeof(layout_error::renamed_layout_must_keep_axes<detail::shown<Spec>,
+                                                                         detail::shown<NewSpec>>) ==
+                      0);
         return *this;
       } else {
         Result out(mesh_, shape_, data_);
