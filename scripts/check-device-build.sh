@@ -44,7 +44,7 @@ cmake -S "$src" -B "$build" -DKokkos_ROOT="$root" -DCMAKE_CXX_COMPILER="$CXX" \
 # Every executable of ours: tests, examples, benchmarks (compile-fail cases are excluded: they
 # must not compile). The helper libraries build as dependencies of the first target needing them.
 mapfile -t targets < <(cmake --build "$build" --target help | sed -n 's/^\.\.\. \([^ ]*\).*/\1/p' |
-  grep -vE '^(all|clean|depend|edit_cache|rebuild_cache|install|install/.*|list_install_components|test|format|format-check|.*_pch|gshard_test_main|harness_probe|compile_fail_.*|.*\.o|.*\.i|.*\.s)$' |
+  grep -vE '^(all|clean|depend|edit_cache|rebuild_cache|install|install/.*|list_install_components|test|format|format-check|.*_pch|.*\.gch|gshard_test_main|harness_probe|compile_fail_.*|.*\.o|.*\.i|.*\.s)$' |
   grep -E "$filter" | sort)
 echo "check-device-build: ${#targets[@]} targets"
 
