@@ -32,8 +32,11 @@ fi
 echo "check-device-build: Kokkos at $root (backends: $backends), compiler $CXX, build in $build"
 
 mkdir -p "$build/logs"
+# Ninja when present: one keep-going build keeps every core busy, and its log times each file.
+generator=()
+if command -v ninja > /dev/null && [ ! -f "$build/Makefile" ]; then generator=(-G Ninja); fi
 # shellcheck disable=SC2086
-cmake -S "$src" -B "$build" -DKokkos_ROOT="$root" -DCMAKE_CXX_COMPILER="$CXX" \
+cmake -S "$src" -B "$build" "${generator[@]}" -DKokkos_ROOT="$root" -DCMAKE_CXX_COMPILER="$CXX" \
   -DCMAKE_BUILD_TYPE="${GSHARD_DEVICE_BUILD_TYPE:-Release}" -DGSHARD_WARNINGS_AS_ERRORS=OFF \
   ${EXTRA_CMAKE_ARGS:-} > "$build/logs/configure.log" 2>&1 || {
   tail -30 "$build/logs/configure.log" >&2
@@ -43,25 +46,46 @@ cmake -S "$src" -B "$build" -DKokkos_ROOT="$root" -DCMAKE_CXX_COMPILER="$CXX" \
 
 # Every executable of ours: tests, examples, benchmarks (compile-fail cases are excluded: they
 # must not compile). The helper libraries build as dependencies of the first target needing them.
-mapfile -t targets < <(cmake --build "$build" --target help | sed -n 's/^\.\.\. \([^ ]*\).*/\1/p' |
-  grep -vE '^(all|clean|depend|edit_cache|rebuild_cache|install|install/.*|list_install_components|test|format|format-check|.*_pch|.*\.gch|gshard_test_main|harness_probe|compile_fail_.*|.*\.o|.*\.i|.*\.s)$' |
-  grep -E "$filter" | sort)
+mapfile -t targets < <(cmake --build "$build" --target help |
+  sed -n -e 's/^\.\.\. \([^ ]*\).*/\1/p' -e 's/^\([A-Za-z0-9_.-]*\): phony$/\1/p' |
+  grep -vE '^(all|clean|depend|edit_cache|rebuild_cache|install|install/.*|list_install_components|test|format|format-check|.*_pch|.*\.gch|gshard_test_main|harness_probe|compile_fail_.*|.*\.o|.*\.i|.*\.s|.*\.cpp|.*\.cmake|.*/.*|help|.*_autogen.*)$' |
+  grep -E "$filter" | sort -u)
 echo "check-device-build: ${#targets[@]} targets"
 
 start=$(date +%s)
 ok=() failed=()
-# Shared pieces first, so their time is not charged to the first target.
-cmake --build "$build" --target gshard_test_main -j "$jobs" > "$build/logs/gshard_test_main.log" 2>&1 || true
-for t in "${targets[@]}"; do
-  t0=$(date +%s)
-  if cmake --build "$build" --target "$t" -j "$jobs" > "$build/logs/$t.log" 2>&1; then
-    ok+=("$t")
-    printf '  ok     %-45s %5d s\n' "$t" $(($(date +%s) - t0))
-  else
-    failed+=("$t")
-    printf '  FAILED %-45s %5d s  (%s)\n' "$t" $(($(date +%s) - t0)) "$build/logs/$t.log"
-  fi
-done
+if [ -f "$build/build.ninja" ]; then
+  # One build of all selected targets, going on past failures; a target is done when Ninja has
+  # nothing left to do for it.
+  ninja -C "$build" -k 0 -j "$jobs" "${targets[@]}" > "$build/logs/build.log" 2>&1 || true
+  for t in "${targets[@]}"; do
+    if ninja -C "$build" -n "$t" 2>&1 | grep -q 'no work to do'; then
+      ok+=("$t")
+    else
+      failed+=("$t")
+      echo "  FAILED $t (see $build/logs/build.log)"
+    fi
+  done
+  # Compile time per source file, slowest first (.ninja_log: start and end in ms, output).
+  awk -F'\t' '!/^#/ && $4 ~ /\.o$/ {n = $4; sub(/^.*CMakeFiles\/[^\/]*\.dir\//, "", n);
+      sub(/\.o$/, "", n); t[n] = ($2 - $1) / 1000} END {for (n in t) printf "%8.1f s  %s\n", t[n], n}' \
+    "$build/.ninja_log" | sort -rn > "$build/logs/compile-times.txt"
+  echo "check-device-build: slowest files (all in $build/logs/compile-times.txt):"
+  head -5 "$build/logs/compile-times.txt"
+else
+  # Shared pieces first, so their time is not charged to the first target.
+  cmake --build "$build" --target gshard_test_main -j "$jobs" > "$build/logs/gshard_test_main.log" 2>&1 || true
+  for t in "${targets[@]}"; do
+    t0=$(date +%s)
+    if cmake --build "$build" --target "$t" -j "$jobs" > "$build/logs/$t.log" 2>&1; then
+      ok+=("$t")
+      printf '  ok     %-45s %5d s\n' "$t" $(($(date +%s) - t0))
+    else
+      failed+=("$t")
+      printf '  FAILED %-45s %5d s  (%s)\n' "$t" $(($(date +%s) - t0)) "$build/logs/$t.log"
+    fi
+  done
+fi
 elapsed=$(($(date +%s) - start))
 
 # Warnings that signal wrong device behaviour: host code called from host-device code.

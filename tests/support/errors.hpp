@@ -8,7 +8,7 @@
 #include <functional>
 #include <string>
 
-#include <gshard/gshard.hpp>
+#include <gshard/core/error.hpp>
 
 namespace gshard::test {
 

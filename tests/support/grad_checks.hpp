@@ -2,7 +2,8 @@
 // kinks of piecewise ops, and the relative error of gshard::grad against central differences.
 #pragma once
 
-#include <gshard/gshard.hpp>
+#include <gshard/autodiff/grad.hpp>
+#include <gshard/tensor/creation.hpp>
 
 #include "mpi_test.hpp"
 #include "op_checks.hpp"

@@ -9,7 +9,9 @@
 #include <type_traits>
 #include <vector>
 
-#include <gshard/gshard.hpp>
+#include <gshard/core/layout.hpp>
+#include <gshard/mesh/mesh.hpp>
+#include <gshard/spmd/plan.hpp>
 
 #include "block_reference.hpp"
 #include "random_tensors.hpp"

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include <gshard/gshard.hpp>
+#include <gshard/core/layout.hpp>
 
 #include "block_reference.hpp"
 

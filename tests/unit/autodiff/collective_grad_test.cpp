@@ -4,7 +4,6 @@
 // against naive loops, on every 2-axis mesh shape with uneven sizes.
 #include "mpi_test.hpp"
 // clang-format off
-#include <gshard/gshard.hpp>
 // clang-format on
 
 #include <algorithm>

@@ -6,7 +6,6 @@
 // loss = einsum of the op's output with a fixed random tensor.
 #include "mpi_test.hpp"
 // clang-format off
-#include <gshard/gshard.hpp>
 #include <gshard/ops/index.hpp>
 // clang-format on
 

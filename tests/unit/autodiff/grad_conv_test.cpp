@@ -6,8 +6,8 @@
 // exactly against a naive loop.
 #include "mpi_test.hpp"
 // clang-format off
-#include <gshard/gshard.hpp>
 #include <gshard/ops/conv.hpp>
+#include <gshard/ops/reduce.hpp>
 // clang-format on
 
 #include <algorithm>

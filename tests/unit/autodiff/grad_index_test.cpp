@@ -5,7 +5,8 @@
 // indices; loss = einsum of the op's output with a fixed random tensor.
 #include "mpi_test.hpp"
 // clang-format off
-#include <gshard/gshard.hpp>
+#include <gshard/ops/index.hpp>
+#include <gshard/ops/random.hpp>
 // clang-format on
 
 #include <algorithm>

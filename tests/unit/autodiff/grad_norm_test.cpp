@@ -5,7 +5,9 @@
 // another split than the input's.
 #include "mpi_test.hpp"
 // clang-format off
-#include <gshard/gshard.hpp>
+#include <gshard/ops/normalize.hpp>
+#include <gshard/ops/scan.hpp>
+#include <gshard/ops/topk.hpp>
 // clang-format on
 
 #include <algorithm>

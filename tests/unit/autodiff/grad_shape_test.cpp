@@ -7,7 +7,8 @@
 // line's group (no gathering), and integer shape ops never record.
 #include "mpi_test.hpp"
 // clang-format off
-#include <gshard/gshard.hpp>
+#include <gshard/ops/reduce.hpp>
+#include <gshard/ops/shape.hpp>
 // clang-format on
 
 #include <cstdint>

@@ -4,9 +4,10 @@
 // gradients on every mesh, graph reuse and tracking errors, and small trainings.
 #include "mpi_test.hpp"
 // clang-format off
-#include <gshard/gshard.hpp>
 #include <gshard/nn/optimizers.hpp>
 #include <gshard/nn/schedules.hpp>
+#include <gshard/ops/normalize.hpp>
+#include <gshard/ops/reduce.hpp>
 // clang-format on
 
 #include <cmath>

@@ -5,7 +5,8 @@
 // MLP, below a stated bound, lower with rematerialisation, and nothing left behind.
 #include "mpi_test.hpp"
 // clang-format off
-#include <gshard/gshard.hpp>
+#include <gshard/autodiff/checkpoint.hpp>
+#include <gshard/kernels/memory.hpp>
 // clang-format on
 
 #include <algorithm>

@@ -11,6 +11,9 @@
 
 #include "exact_values.hpp"
 #include "mpi_test.hpp"
+// Included after mpi_test.hpp, as every op header.
+#include <gshard/io/npy.hpp>
+#include <gshard/io/safetensors.hpp>
 
 namespace {
 

@@ -13,10 +13,13 @@
 
 #include <unistd.h>
 
-#include <gshard/gshard.hpp>
-
 #include "errors.hpp"
 #include "mpi_test.hpp"
+// clang-format off
+#include <gshard/autodiff/grad.hpp>
+#include <gshard/io/trace.hpp>
+#include <gshard/ops/reduce.hpp>
+// clang-format on
 #include "op_checks.hpp"
 
 namespace {

@@ -5,8 +5,8 @@
 // smaller than them; gradients dense vs index and against finite differences; AllToAll counts.
 #include "mpi_test.hpp"
 // clang-format off
-#include <gshard/gshard.hpp>
 #include <gshard/nn/moe.hpp>
+#include <gshard/ops/random.hpp>
 // clang-format on
 
 #include <algorithm>

@@ -4,8 +4,9 @@
 // differences, and a tiny model learning a repeated sequence with Adam.
 #include "mpi_test.hpp"
 // clang-format off
-#include <gshard/gshard.hpp>
+#include <gshard/nn/optimizers.hpp>
 #include <gshard/nn/transformer.hpp>
+#include <gshard/ops/random.hpp>
 // clang-format on
 
 #include <algorithm>
