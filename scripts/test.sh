@@ -23,7 +23,7 @@ cmake --build --preset asan-openmp -j "$jobs"
 ctest --preset asan-openmp -j "$jobs"
 # The row kernels' device path (one team per row) on OpenMP: the op families that use it.
 GSHARD_ROW_TEAMS=1 ctest --preset asan-openmp -j "$jobs" \
-  -R '^(ops_(reduce|normalize|index|scan|take_along)_test|expr_test|autodiff_grad_(norm|index|along)_test)\.np[124]$'
+  -R '^(ops_(reduce|normalize|index|scan|take_along|topk)_test|expr_test|autodiff_grad_(norm|index|along)_test)\.np[124]$'
 
 section "2. Debian's Kokkos (Serial), release"
 serial_tests=(ops_index_test autodiff_grad_index_test sharded_test reshard_property_test

@@ -345,6 +345,12 @@ TEST_CASE("Sharded: copies share the shard, clone() does not") {
   CHECK(d.local_view().data() == a.local_view().data());
 }
 
+// The types as<> gives, named at namespace scope: nvcc 13 cannot spell a spec the library computed
+// inside a function body (docs/backends.md).
+using AsABC = gshard::Sharded<std::int32_t, Mesh2, "A:x B C:y">;
+using AsPQR = gshard::Sharded<std::int32_t, Mesh2, "P:x Q R:y">;
+using AsUV = gshard::Sharded<double, Mesh2, "U V:x +y">;
+
 TEST_CASE("Sharded: as<> relabels without a copy and keeps the values") {
   const int n = world_size();
   for (const auto& sizes : two_axis_meshes(n)) {
@@ -354,22 +360,19 @@ TEST_CASE("Sharded: as<> relabels without a copy and keeps the values") {
     const auto global = make_global<std::int32_t>(shape, 3);
     const P t = gshard::from_global<P>(mesh, shape, global);
     const auto r = t.as<"ABC">();
-    static_assert(std::is_same_v<std::remove_const_t<decltype(r)>,
-                                 gshard::Sharded<std::int32_t, Mesh2, "A:x B C:y">>);
+    static_assert(std::is_same_v<std::remove_const_t<decltype(r)>, AsABC>);
     CHECK(r.local_view().data() == t.local_view().data());
     CHECK(r.shape() == shape);
     CHECK(r.to_global() == global);
     const auto q = t.as<"P:x Q R:y">();
-    static_assert(std::is_same_v<std::remove_const_t<decltype(q)>,
-                                 gshard::Sharded<std::int32_t, Mesh2, "P:x Q R:y">>);
+    static_assert(std::is_same_v<std::remove_const_t<decltype(q)>, AsPQR>);
     CHECK(q.local_view().data() == t.local_view().data());
     CHECK(q.to_global() == global);
     // Partial layouts keep their pending sums.
     using Q = gshard::Sharded<double, Mesh2, "G S:x +y">;
     const Q f = gshard::full<Q>(mesh, {4, 3}, 1.5);
     const auto g = f.as<"UV">();
-    static_assert(std::is_same_v<std::remove_const_t<decltype(g)>,
-                                 gshard::Sharded<double, Mesh2, "U V:x +y">>);
+    static_assert(std::is_same_v<std::remove_const_t<decltype(g)>, AsUV>);
     CHECK(g.local_view().data() == f.local_view().data());
     auto h = f.clone();
     h.set_partial_op(gshard::ReduceOp::min);

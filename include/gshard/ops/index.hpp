@@ -987,7 +987,7 @@ constexpr bool check_take_along() {
 
 template <fixed_string Batch, class Indices>
 constexpr int first_batch_label_missing() {
-  for (std::size_t i = 0; i < Batch.size(); ++i)
+  for (std::size_t i = 0; i != Batch.size(); ++i)  // != : nvcc warns on `i < 0` for an empty Batch
     if (Batch.data[i] != ' ' && Indices::layout.find(Batch.data[i]) < 0) return static_cast<int>(i);
   return -1;
 }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "../comm/collectives.hpp"
+#include "../kernels/rows.hpp"
 #include "../expr/contraction.hpp"
 #include "../expr/node.hpp"
 #include "../spmd/reshard.hpp"
@@ -93,6 +94,122 @@ KOKKOS_INLINE_FUNCTION bool topk_before(T va, std::int64_t ia, T vb, std::int64_
   return va > vb || (va == vb && ia < ib);
 }
 
+/// A best-first list of at most `cap` candidates (index -1: none), the accumulator of the team
+/// path: combining two lists is a merge, and topk_before is a total order on (value, index), so
+/// the result does not depend on the order the team combines in.
+template <class T>
+struct TopKList {
+  static constexpr int cap = 8;
+  T v[cap];
+  std::int64_t i[cap];
+  int k;
+};
+
+template <class T>
+struct TopKMerge {
+  using Acc = TopKList<T>;
+  KOKKOS_INLINE_FUNCTION static Acc identity() {
+    Acc a{};
+    a.k = 0;
+    return a;
+  }
+  KOKKOS_INLINE_FUNCTION static void combine(Acc& d, const Acc& s) {
+    Acc r{};
+    r.k = d.k > s.k ? d.k : s.k;
+    int a = 0;
+    int b = 0;
+    for (int j = 0; j < r.k; ++j) {
+      const bool from_s = a >= d.k || (b < s.k && topk_before(s.v[b], s.i[b], d.v[a], d.i[a]));
+      r.v[j] = from_s ? s.v[b] : d.v[a];
+      r.i[j] = from_s ? s.i[b++] : d.i[a++];
+    }
+    d = r;
+  }
+};
+
+/// One line's local candidates for reduce_rows: the host path inserts in order (walk), a team
+/// merges one-element lists.
+template <class T>
+struct TopKRows {
+  using Reduce = TopKMerge<T>;
+  struct State {
+    std::int64_t base;
+  };
+  Kokkos::View<const T*> in;
+  Kokkos::View<T*> cv;
+  Kokkos::View<std::int64_t*> ci;
+  std::int64_t inner, chunk, valid, first;
+  int k;
+  KOKKOS_INLINE_FUNCTION State begin(const std::int64_t l) const {
+    return {(l / inner) * chunk * inner + l % inner};
+  }
+  KOKKOS_INLINE_FUNCTION std::int64_t length(const State&) const { return valid; }
+  KOKKOS_INLINE_FUNCTION TopKList<T> term(const State& s, const std::int64_t j) const {
+    TopKList<T> a{};
+    a.k = k;
+    for (int c = 0; c < k; ++c) a.i[c] = -1;
+    a.v[0] = in(s.base + j * inner);
+    a.i[0] = first + j;
+    return a;
+  }
+  KOKKOS_INLINE_FUNCTION void walk(const State& s, TopKList<T>& a) const {
+    a.k = k;
+    for (int c = 0; c < k; ++c) {
+      a.v[c] = T(0);
+      a.i[c] = -1;
+    }
+    for (std::int64_t j = 0; j < valid; ++j) {  // padding never competes
+      const T value = in(s.base + j * inner);
+      const std::int64_t g = first + j;
+      if (!topk_before(value, g, a.v[k - 1], a.i[k - 1])) continue;
+      int p = k - 1;
+      for (; p > 0 && topk_before(value, g, a.v[p - 1], a.i[p - 1]); --p) {
+        a.v[p] = a.v[p - 1];
+        a.i[p] = a.i[p - 1];
+      }
+      a.v[p] = value;
+      a.i[p] = g;
+    }
+  }
+  KOKKOS_INLINE_FUNCTION void finish(const std::int64_t l, const State&,
+                                     const TopKList<T>& a) const {
+    for (int c = 0; c < k; ++c) {
+      const bool has = c < a.k && a.i[c] >= 0;
+      cv(l * k + c) = has ? a.v[c] : T(0);
+      ci(l * k + c) = has ? a.i[c] : -1;
+    }
+  }
+};
+
+/// Local candidates for k larger than a list holds: one line per thread, in order.
+template <class T>
+void top_k_lines(const Kokkos::View<const T*>& in, const Kokkos::View<T*>& cv,
+                 const Kokkos::View<std::int64_t*>& ci, std::int64_t lines, std::int64_t inner,
+                 std::int64_t chunk, std::int64_t valid, std::int64_t first, std::int64_t k) {
+  Kokkos::parallel_for(
+      "gshard::top_k local", Kokkos::RangePolicy<>(0, lines), KOKKOS_LAMBDA(const std::int64_t l) {
+        const std::int64_t base = (l / inner) * chunk * inner + l % inner;
+        T* v = &cv(l * k);
+        std::int64_t* ix = &ci(l * k);
+        for (std::int64_t j = 0; j < k; ++j) {
+          v[j] = T(0);
+          ix[j] = -1;
+        }
+        for (std::int64_t j = 0; j < valid; ++j) {  // padding never competes
+          const T value = in(base + j * inner);
+          const std::int64_t g = first + j;
+          if (!topk_before(value, g, v[k - 1], ix[k - 1])) continue;
+          std::int64_t p = k - 1;
+          for (; p > 0 && topk_before(value, g, v[p - 1], ix[p - 1]); --p) {
+            v[p] = v[p - 1];
+            ix[p] = ix[p - 1];
+          }
+          v[p] = value;
+          ix[p] = g;
+        }
+      });
+}
+
 /// The top k on run-time layouts (the typed API and the property tests run this): values and
 /// global indices along `label`, in `new_label`'s dimension of size k, layout top_k_layout.
 template <class T>
@@ -134,29 +251,13 @@ std::pair<RuntimeTensor<T>, RuntimeTensor<std::int64_t>> top_k_runtime(
   Kokkos::View<std::int64_t*> ci(Kokkos::view_alloc(std::string("gshard::top_k candidate indices"),
                                                     Kokkos::WithoutInitializing),
                                  static_cast<std::size_t>(lines * k));
-  const Kokkos::View<T*> in = x.data;
-  Kokkos::parallel_for(
-      "gshard::top_k local", Kokkos::RangePolicy<>(0, lines), KOKKOS_LAMBDA(const std::int64_t l) {
-        const std::int64_t base = (l / inner) * chunk * inner + l % inner;
-        T* v = &cv(l * k);
-        std::int64_t* ix = &ci(l * k);
-        for (std::int64_t j = 0; j < k; ++j) {
-          v[j] = T(0);
-          ix[j] = -1;
-        }
-        for (std::int64_t j = 0; j < valid; ++j) {  // padding never competes
-          const T value = in(base + j * inner);
-          const std::int64_t g = first + j;
-          if (!topk_before(value, g, v[k - 1], ix[k - 1])) continue;
-          std::int64_t p = k - 1;
-          for (; p > 0 && topk_before(value, g, v[p - 1], ix[p - 1]); --p) {
-            v[p] = v[p - 1];
-            ix[p] = ix[p - 1];
-          }
-          v[p] = value;
-          ix[p] = g;
-        }
-      });
+  // A long line on a device is one team's merge, not one thread's loop (k up to a list's cap:
+  // MoE routing and sampling); larger k keeps one thread per line.
+  if (lines > 0 && k <= TopKList<T>::cap)
+    reduce_rows("gshard::top_k local", lines,
+                TopKRows<T>{x.data, cv, ci, inner, chunk, valid, first, static_cast<int>(k)});
+  else if (lines > 0)
+    top_k_lines<T>(x.data, cv, ci, lines, inner, chunk, valid, first, k);
 
   // Every shard's candidates, [shard][line][k] (one shard when S is not split).
   unsigned mask = 0;
