@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "../comm/collectives.hpp"
-#include "../kernels/rows.hpp"
 #include "../expr/contraction.hpp"
 #include "../expr/node.hpp"
+#include "../kernels/rows.hpp"
 #include "../spmd/reshard.hpp"
 #include "../tensor/geometry.hpp"
 #include "../tensor/local_index.hpp"
@@ -94,6 +94,20 @@ KOKKOS_INLINE_FUNCTION bool topk_before(T va, std::int64_t ia, T vb, std::int64_
   return va > vb || (va == vb && ia < ib);
 }
 
+/// Inserts (value, g) into the best-first list (v, ix) of length k when it belongs there.
+template <class T, class I>
+KOKKOS_INLINE_FUNCTION void topk_insert(T* v, std::int64_t* ix, const I k, const T value,
+                                        const std::int64_t g) {
+  if (!topk_before(value, g, v[k - 1], ix[k - 1])) return;
+  I p = k - 1;
+  for (; p > 0 && topk_before(value, g, v[p - 1], ix[p - 1]); --p) {
+    v[p] = v[p - 1];
+    ix[p] = ix[p - 1];
+  }
+  v[p] = value;
+  ix[p] = g;
+}
+
 /// A best-first list of at most `cap` candidates (index -1: none), the accumulator of the team
 /// path: combining two lists is a merge, and topk_before is a total order on (value, index), so
 /// the result does not depend on the order the team combines in.
@@ -158,18 +172,8 @@ struct TopKRows {
       a.v[c] = T(0);
       a.i[c] = -1;
     }
-    for (std::int64_t j = 0; j < valid; ++j) {  // padding never competes
-      const T value = in(s.base + j * inner);
-      const std::int64_t g = first + j;
-      if (!topk_before(value, g, a.v[k - 1], a.i[k - 1])) continue;
-      int p = k - 1;
-      for (; p > 0 && topk_before(value, g, a.v[p - 1], a.i[p - 1]); --p) {
-        a.v[p] = a.v[p - 1];
-        a.i[p] = a.i[p - 1];
-      }
-      a.v[p] = value;
-      a.i[p] = g;
-    }
+    for (std::int64_t j = 0; j < valid; ++j)  // padding never competes
+      topk_insert(a.v, a.i, k, in(s.base + j * inner), first + j);
   }
   KOKKOS_INLINE_FUNCTION void finish(const std::int64_t l, const State&,
                                      const TopKList<T>& a) const {
@@ -195,18 +199,8 @@ void top_k_lines(const Kokkos::View<const T*>& in, const Kokkos::View<T*>& cv,
           v[j] = T(0);
           ix[j] = -1;
         }
-        for (std::int64_t j = 0; j < valid; ++j) {  // padding never competes
-          const T value = in(base + j * inner);
-          const std::int64_t g = first + j;
-          if (!topk_before(value, g, v[k - 1], ix[k - 1])) continue;
-          std::int64_t p = k - 1;
-          for (; p > 0 && topk_before(value, g, v[p - 1], ix[p - 1]); --p) {
-            v[p] = v[p - 1];
-            ix[p] = ix[p - 1];
-          }
-          v[p] = value;
-          ix[p] = g;
-        }
+        for (std::int64_t j = 0; j < valid; ++j)  // padding never competes
+          topk_insert(v, ix, k, in(base + j * inner), first + j);
       });
 }
 
