@@ -472,7 +472,7 @@ TEST_CASE("top_k<\"S\", \"K\">() and one_hot<\"E\">(): typed cases on every 2-ax
     const M mesh(MPI_COMM_WORLD, {ax, n / ax});
     typed_top_k<"B:x S:y">(mesh, {3, 11}, 4, "B:x K", cases);
     typed_top_k<"S:y*x B">(mesh, {13, 2}, 3, "K B", cases);
-    typed_top_k<"S B:y">(mesh, {5, 3}, 5, "K B:y", cases);   // k = the whole label
+    typed_top_k<"S B:y">(mesh, {5, 3}, 5, "K B:y", cases);  // k = the whole label
     // Long lines: k at a merge list's capacity (the team path) and one past it (a thread a line).
     typed_top_k<"B:x S:y">(mesh, {3, 301}, 8, "B:x K", cases);
     typed_top_k<"B:x S:y">(mesh, {2, 45}, 9, "B:x K", cases);
