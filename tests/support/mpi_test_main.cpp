@@ -4,7 +4,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
-#include <gshard/gshard.hpp>
+#include <gshard/mesh/environment.hpp>
 #include <iostream>
 #include <sstream>
 #include <streambuf>
