@@ -55,11 +55,14 @@ echo "check-device-build: ${#targets[@]} targets"
 start=$(date +%s)
 ok=() failed=()
 if [ -f "$build/build.ninja" ]; then
-  # One build of all selected targets, going on past failures; a target is done when Ninja has
-  # nothing left to do for it.
+  # One build of all selected targets, going on past failures. A target compiled and linked when
+  # its executable exists and no failed step belongs to it (a stale executable of an earlier build
+  # does not count: its failed compile step names the target's object directory).
   ninja -C "$build" -k 0 -j "$jobs" "${targets[@]}" > "$build/logs/build.log" 2>&1 || true
   for t in "${targets[@]}"; do
-    if ninja -C "$build" -n "$t" 2>&1 | grep -q 'no work to do'; then
+    out=$(ninja -C "$build" -t query "$t" 2>/dev/null | awk '/input: phony/ {getline; print $1; exit}')
+    if [ -n "$out" ] && [ -f "$build/$out" ] &&
+      ! grep -E "^FAILED: " "$build/logs/build.log" | grep -qE "CMakeFiles/$t\.dir/|[/ ]$t\$"; then
       ok+=("$t")
     else
       failed+=("$t")
