@@ -251,8 +251,8 @@ TEST_CASE("Mesh: on a split communicator (each half of the world its own mesh)")
     MPI_Comm_free(&self_comm);
     return;
   }
-  const int half = n / 2;
-  const int color = me < half ? 0 : 1;
+  const int lower = n / 2;  // not `half`: CUDA's fp16 header declares that name
+  const int color = me < lower ? 0 : 1;
   MPI_Comm part = MPI_COMM_NULL;
   // Reverse key order in the upper half, so comm ranks differ from world-rank offsets.
   MPI_Comm_split(MPI_COMM_WORLD, color, color == 0 ? me : n - me, &part);
@@ -260,7 +260,7 @@ TEST_CASE("Mesh: on a split communicator (each half of the world its own mesh)")
   int part_rank = 0;
   MPI_Comm_size(part, &part_size);
   MPI_Comm_rank(part, &part_rank);
-  CHECK(part_size == (color == 0 ? half : n - half));
+  CHECK(part_size == (color == 0 ? lower : n - lower));
   {
     using M = gshard::Mesh<"x", "y">;
     for (const auto& s : factorizations(part_size, 2)) {
@@ -274,7 +274,7 @@ TEST_CASE("Mesh: on a split communicator (each half of the world its own mesh)")
       MPI_Allgather(&me, 1, MPI_INT, members.data(), 1, MPI_INT, all);
       std::vector<int> expected;
       for (int r = 0; r < n; ++r)
-        if ((r < half ? 0 : 1) == color) expected.push_back(r);
+        if ((r < lower ? 0 : 1) == color) expected.push_back(r);
       if (color == 1) std::reverse(expected.begin(), expected.end());
       CHECK(members == expected);
     }
