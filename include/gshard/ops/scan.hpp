@@ -258,8 +258,8 @@ scan_result_t<E> cumsum_typed(const E& x, bool exclusive) {
     record(x.mesh(), r, exclusive ? "exclusive_cumsum" : "cumsum", std::source_location{},
            {in.grad}, [exclusive, m = x.mesh()](const RuntimeTensor<T>& g) {
              // g has the result's (= the input's) layout; the reverse scan keeps its partials.
-             return Cotangents{AnyTensor(
-                 cumsum_runtime(g, label, exclusive, m.state(), axis_name_list<MeshT>(), true))};
+             return Cotangents{AnyTensor(cumsum_runtime(g, Label.view()[0], exclusive, m.state(),
+                                                        axis_name_list<MeshT>(), true))};
            });
   }
   return sharded_from<R>(x.mesh(), r);

@@ -495,12 +495,13 @@ auto top_k(const E& x, std::int64_t k,
     auto r = detail::top_k_runtime(in, label, NewLabel.view()[0], k, x.mesh().state(),
                                    detail::axis_name_list<MeshT>());
     if constexpr (detail::differentiable_v<T>) {
-      detail::record(x.mesh(), r.first, "top_k", std::source_location{}, {in.grad},
-                     [indices = r.second, xl = in.layout, xs = in.shape,
-                      m = x.mesh()](const detail::RuntimeTensor<T>& g) {
-                       return detail::Cotangents{detail::AnyTensor(detail::top_k_cotangent<T>(
-                           g, indices, label, xl, xs, m.state(), detail::axis_name_list<MeshT>()))};
-                     });
+      detail::record(
+          x.mesh(), r.first, "top_k", std::source_location{}, {in.grad},
+          [indices = r.second, xl = in.layout, xs = in.shape,
+           m = x.mesh()](const detail::RuntimeTensor<T>& g) {
+            return detail::Cotangents{detail::AnyTensor(detail::top_k_cotangent<T>(
+                g, indices, Label.view()[0], xl, xs, m.state(), detail::axis_name_list<MeshT>()))};
+          });
     }
     return TopK<V, I>{detail::sharded_from<V>(x.mesh(), r.first),
                       I(x.mesh(), r.second.shape, r.second.data)};
