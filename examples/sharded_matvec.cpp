@@ -45,8 +45,8 @@ int main(int argc, char** argv) {
           yv(i) = sum;
         });
 
-    const RowSplit y = y_partial;  // ReduceScatter or AllReduce over "cols", planned
-    const Whole y_all = y;         // AllGather over "rows"
+    const auto y = gs::reshard<RowSplit>(y_partial);  // ReduceScatter or AllReduce over "cols"
+    const auto y_all = gs::reshard<Whole>(y);         // AllGather over "rows"
     const std::vector<double> result = y_all.to_global();
 
     // The reference: Eigen on the whole matrix, gathered independently of the reshards above.

@@ -334,19 +334,19 @@ TEST_CASE(
       CHECK(check_block(p, grid, expect) == "");
 
       gshard::comm_counters().reset();
-      const gshard::Sharded<double, M, "I J"> full = p;
+      const auto full = gshard::reshard<gshard::Sharded<double, M, "I J">>(p);
       check_comm({{"y", Collective::all_reduce, 2 * (ky - 1) * S / ky}}, {ky},
                  "\"I J +y\" -> \"I J\"" + where);
       CHECK(check_block(full, grid, expect) == "");
 
       gshard::comm_counters().reset();
-      const gshard::Sharded<double, M, "I:y J"> rows = p;
+      const auto rows = gshard::reshard<gshard::Sharded<double, M, "I:y J">>(p);
       check_comm({{"y", Collective::reduce_scatter, (ky - 1) * S / ky}}, {ky},
                  "\"I J +y\" -> \"I:y J\"" + where);
       CHECK(check_block(rows, grid, expect) == "");
 
       gshard::comm_counters().reset();
-      const gshard::Sharded<double, M, "I J:y"> cols = p;
+      const auto cols = gshard::reshard<gshard::Sharded<double, M, "I J:y">>(p);
       check_comm({{"y", Collective::reduce_scatter, (ky - 1) * S / ky}}, {ky},
                  "\"I J +y\" -> \"I J:y\"" + where);
       CHECK(check_block(cols, grid, expect) == "");
@@ -360,13 +360,13 @@ TEST_CASE(
       CHECK(check_block(p, grid, expect) == "");
 
       gshard::comm_counters().reset();
-      const gshard::Sharded<double, M, "I J"> full = p;
+      const auto full = gshard::reshard<gshard::Sharded<double, M, "I J">>(p);
       check_comm({{"x", Collective::all_reduce, 2 * (kx - 1) * S / kx}}, {kx},
                  "\"I J +x\" -> \"I J\"" + where);
       CHECK(check_block(full, grid, expect) == "");
 
       gshard::comm_counters().reset();
-      const gshard::Sharded<double, M, "I:x J"> rows = p;
+      const auto rows = gshard::reshard<gshard::Sharded<double, M, "I:x J">>(p);
       check_comm({{"x", Collective::reduce_scatter, (kx - 1) * S / kx}}, {kx},
                  "\"I J +x\" -> \"I:x J\"" + where);
       CHECK(check_block(rows, grid, expect) == "");
@@ -380,7 +380,7 @@ TEST_CASE(
       CHECK(check_block(p, grid, expect) == "");
 
       gshard::comm_counters().reset();
-      const gshard::Sharded<double, M, "I J"> full = p;
+      const auto full = gshard::reshard<gshard::Sharded<double, M, "I J">>(p);
       const int k = kx * ky;
       check_comm({{"x*y", Collective::all_reduce, 2 * (k - 1) * S / k}}, {k},
                  "\"I J +x +y\" -> \"I J\"" + where);

@@ -685,7 +685,7 @@ TEST_CASE("einsum on an operand with pending max/min partials: finished first or
     INFO("A \"I K +y\" with pending " << what << " partials, every copy the full value, mesh 1x"
                                       << n);
     A a(mesh, sa, device_copy(shard_of<double>(no_partial, sa, ga, grid, 0, false)));
-    a.set_partial_op(op);
+    gshard::detail::set_partial_op(a, op);
     const B b = gshard::from_global<B>(mesh, sb, gb);
     REQUIRE(a.to_global() == ga);  // the library reads the copies as a max/min partial
     const std::string ij = "IJ";

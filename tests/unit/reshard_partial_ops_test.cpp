@@ -37,7 +37,7 @@ Partial partial_copies(const Mesh& mesh, const gs::Shape& shape, gs::ReduceOp op
       host(i * local[1] + j) = real ? copy_value(g, mesh.coordinate(1)) : 0.0;
     }
   Kokkos::deep_copy(p.local_view(), host);
-  p.set_partial_op(op);
+  gshard::detail::set_partial_op(p, op);
   return p;
 }
 
@@ -62,11 +62,11 @@ TEST_CASE("reshard: partial max and min finish to the elementwise max and min") 
     const auto p = partial_copies<Partial>(mesh, shape, op);
     const auto want = expected(mesh, shape, op);
     CHECK(p.to_global() == want);
-    const gs::Sharded<double, Mesh, "G S"> replicated = p;  // AllReduce(max/min)
+    const auto replicated = gs::reshard<gs::Sharded<double, Mesh, "G S">>(p);  // AllReduce(max/min)
     CHECK(replicated.to_global() == want);
-    const gs::Sharded<double, Mesh, "G:x S:y"> split = p;  // ReduceScatter or AllReduce
+    const auto split = gs::reshard<gs::Sharded<double, Mesh, "G:x S:y">>(p);  // ReduceScatter or AllReduce
     CHECK(split.to_global() == want);
-    const gs::Sharded<double, Mesh, "S:y G"> moved = p;  // other order, other split
+    const auto moved = gs::reshard<gs::Sharded<double, Mesh, "S:y G">>(p);  // other order, other split
     std::vector<double> transposed(want.size());
     const auto moved_global = moved.to_global();
     for (std::int64_t g = 0; g < 5; ++g)
@@ -93,7 +93,7 @@ TEST_CASE("explain: each step names its collective, axes, layouts and bytes") {
     CHECK(plan.bytes() == bytes);
     CHECK(text.find(std::to_string(bytes) + " bytes") != std::string::npos);
     // The counters agree with the plan.
-    const gs::Sharded<float, Mesh, "G S"> r = a;
+    const auto r = gs::reshard<gs::Sharded<float, Mesh, "G S">>(a);
     CHECK(gs::comm_counters().get("y", gs::Collective::all_gather).bytes == bytes);
     CHECK(gs::comm_counters().get("y", gs::Collective::all_gather).calls == 1);
   } else {

@@ -585,7 +585,7 @@ void typed_case(const gshard::Mesh<"x", "y">& mesh, const std::vector<int>& size
   };
   if (mode == 1) {
     gshard::comm_counters().reset();
-    const Target y = x;
+    const Target y = Source(x);  // a fresh value given a declared layout: the annotation path
     observe(y);
   } else if (mode == 0) {
     gshard::comm_counters().reset();

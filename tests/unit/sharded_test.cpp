@@ -336,9 +336,9 @@ TEST_CASE("Sharded: copies share the shard, clone() does not") {
   CHECK(b.to_global() == doubled);
   CHECK(c.to_global() == global);
   // clone() keeps how pending partial sums combine.
-  a.set_partial_op(gshard::ReduceOp::max);
+  gshard::detail::set_partial_op(a, gshard::ReduceOp::max);
   CHECK(a.clone().partial_op() == gshard::ReduceOp::max);
-  a.set_partial_op(gshard::ReduceOp::sum);
+  gshard::detail::set_partial_op(a, gshard::ReduceOp::sum);
   // Assigning a handle makes it share a's data too.
   S d = gshard::zeros<S>(mesh, shape);
   d = a;
@@ -375,7 +375,7 @@ TEST_CASE("Sharded: as<> relabels without a copy and keeps the values") {
     static_assert(std::is_same_v<std::remove_const_t<decltype(g)>, AsUV>);
     CHECK(g.local_view().data() == f.local_view().data());
     auto h = f.clone();
-    h.set_partial_op(gshard::ReduceOp::min);
+    gshard::detail::set_partial_op(h, gshard::ReduceOp::min);
     CHECK(h.as<"UV">().partial_op() == gshard::ReduceOp::min);
     CHECK(g.to_global() == std::vector<double>(12, 1.5));
   }

@@ -61,7 +61,7 @@ auto checkpoint(F block, const X&... inputs) {
   detail::RuntimeTensor<T> r = detail::runtime_tensor(out);
   // Only the inputs are kept, without their nodes (the checkpoint node holds those).
   std::tuple<X...> saved(inputs...);
-  std::apply([](auto&... s) { (s.set_grad_node(nullptr), ...); }, saved);
+  std::apply([](auto&... s) { (detail::set_grad_node(s, nullptr), ...); }, saved);
   const std::array<bool, sizeof...(X)> was_tracked{static_cast<bool>(inputs.grad_node())...};
   detail::record(
       out.mesh(), r, "checkpoint", std::source_location{}, {inputs.grad_node()...},

@@ -257,7 +257,7 @@ void track(P&... params) {
     auto n = detail::make_node<typename Q::value_type>(
         p.mesh(), "parameter", std::source_location{}, Q::layout, p.shape());
     n->is_leaf = true;
-    p.set_grad_node(std::move(n));
+    detail::set_grad_node(p, std::move(n));
   };
   (one(params), ...);
 }
@@ -265,7 +265,7 @@ void track(P&... params) {
 /// Stops tracking: the tensors become plain values again.
 template <class... P>
 void untrack(P&... params) {
-  (params.set_grad_node(nullptr), ...);
+  (detail::set_grad_node(params, nullptr), ...);
 }
 
 /// The gradient of a scalar loss (rank 0, or a value summed over all its elements) with respect

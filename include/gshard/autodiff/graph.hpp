@@ -28,6 +28,15 @@ namespace detail {
 
 struct GradNode;
 
+/// How often a shard was updated in place, and the last update's op and line. Handles of one
+/// shard share it; a lazy expression remembers the counts of the shards it reads when it is
+/// built and refuses to produce a value once one of them has moved (expr/node.hpp).
+struct ShardVersion {
+  std::uint64_t count = 0;
+  const char* op = "";
+  UserSiteState site;  // the user's line of the last update
+};
+
 /// A tensor as the run-time engine sees it: layout, global shape (layout order), local shard,
 /// how pending partials combine, and the autodiff node that made it (none: not tracked).
 template <class T>
@@ -37,6 +46,7 @@ struct RuntimeTensor {
   Kokkos::View<T*> data;
   ReduceOp partial_op = ReduceOp::sum;
   std::shared_ptr<GradNode> grad;
+  std::shared_ptr<ShardVersion> version;  // set when `data` is a Sharded's shard (else fresh)
 
   RuntimeTensor() = default;
   RuntimeTensor(Layout l, Shape s, Kokkos::View<T*> d, ReduceOp op = ReduceOp::sum,

@@ -82,4 +82,34 @@ constexpr bool check_spec() {
 }
 
 }  // namespace detail
+/// Strict mode: define GSHARD_STRICT (in every translation unit of a program, e.g. with
+/// target_compile_definitions) to make every implicit collective a compile error.
+#if defined(GSHARD_STRICT)
+inline constexpr bool strict_mode = true;
+#else
+inline constexpr bool strict_mode = false;
+#endif
+
+namespace strict_error {
+template <class>
+inline constexpr bool always_false = false;
+/// Op, which operand (0-based), its layout, and the layout the op needs it in.
+template <auto Op, int Operand, auto OperandLayout, auto NeededLayout>
+struct implicit_collective {
+  static_assert(
+      always_false<implicit_collective>,
+      "gshard strict mode (GSHARD_STRICT): this operand needs communication to reach "
+      "the layout the op needs; write gshard::reshard<gshard::Sharded<T, Mesh, "
+      "NeededLayout>>(operand) yourself (op, operand, both layouts: the arguments above)");
+};
+/// An expression evaluated into a declared layout that needs communication to reach.
+template <auto ExpressionLayout, auto DeclaredLayout>
+struct evaluation_into_layout_communicates {
+  static_assert(always_false<evaluation_into_layout_communicates>,
+                "gshard strict mode (GSHARD_STRICT): evaluating this expression into the declared "
+                "layout moves data between ranks; write gshard::reshard<Target>(expr) to make the "
+                "collective explicit (both layouts: the arguments above)");
+};
+}  // namespace strict_error
+
 }  // namespace gshard

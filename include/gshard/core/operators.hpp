@@ -26,6 +26,10 @@ concept Expression = requires {
 }
 &&E::is_gshard_expression;
 
+/// A materialised tensor (a gshard::Sharded), not a lazy expression.
+template <class E>
+concept ShardedTensor = Expression<E> && !E::is_lazy;
+
 template <class E>
 concept Operand = Expression<E> || std::is_arithmetic_v<E>;
 

@@ -307,6 +307,7 @@ class Map {
   detail::NodeState<value_type>& node_state() const { return *s_; }
 
   detail::RuntimeTensor<value_type> runtime() const {
+    detail::stale_check(s_->reads, s_->where, Op::name);
     if (s_->value) return *s_->value;
     const detail::UserSite site(s_->where, "elementwise");
     static_assert(strict_ok<layout>());
@@ -383,7 +384,10 @@ class Map {
  private:
   struct State : detail::NodeState<value_type> {
     State(std::source_location w, Op o, stored k)
-        : detail::NodeState<value_type>{w, {}, {}}, op(o), kids(std::move(k)) {}
+        : detail::NodeState<value_type>{
+              w, {}, {}, std::apply([](const auto&... x) { return detail::reads_of(x...); }, k)},
+          op(o),
+          kids(std::move(k)) {}
     Op op;
     stored kids;
   };

@@ -117,4 +117,23 @@ std::string explain(const E& e) {
   return p.str();
 }
 
+/// explain(e), then evaluating it into Target's layout (what `Target y = e;` does): the reshard
+/// that evaluation adds when the layouts differ, at the user's line `where`.
+template <class Target, Expression E>
+std::string explain(const E& e, std::source_location where = std::source_location::current()) {
+  detail::Planner p(e.mesh());
+  const std::string id = p.ref(e);
+  if constexpr (!(E::layout == Target::layout)) {
+    detail::PlanStep st;
+    st.op = std::string("evaluate into the declared layout \"").append(Target::spec.view()) + "\"";
+    st.where = detail::where_string(where);
+    st.operands.push_back(id + " " + p.describe(E::layout, e.shape()));
+    st.collectives.push_back({id, detail::plan_operand(e, Target::layout)});
+    st.kernel = "none";
+    st.result = p.describe(Target::layout, detail::shape_in(Target::layout, E::layout, e.shape()));
+    (void)p.add(std::move(st));
+  }
+  return p.str();
+}
+
 }  // namespace gshard

@@ -17,27 +17,6 @@
 
 namespace gshard {
 
-/// Strict mode: define GSHARD_STRICT (in every translation unit of a program, e.g. with
-/// target_compile_definitions) to make every implicit collective a compile error.
-#if defined(GSHARD_STRICT)
-inline constexpr bool strict_mode = true;
-#else
-inline constexpr bool strict_mode = false;
-#endif
-
-namespace strict_error {
-template <class>
-inline constexpr bool always_false = false;
-/// Op, which operand (0-based), its layout, and the layout the op needs it in.
-template <auto Op, int Operand, auto OperandLayout, auto NeededLayout>
-struct implicit_collective {
-  static_assert(
-      always_false<implicit_collective>,
-      "gshard strict mode (GSHARD_STRICT): this operand needs communication to reach "
-      "the layout the op needs; write gshard::reshard<gshard::Sharded<T, Mesh, "
-      "NeededLayout>>(operand) yourself (op, operand, both layouts: the arguments above)");
-};
-}  // namespace strict_error
 
 namespace detail {
 
@@ -57,34 +36,74 @@ inline constexpr bool is_sharded_v = false;
 template <class T, class MeshT, fixed_string Spec>
 inline constexpr bool is_sharded_v<Sharded<T, MeshT, Spec>> = true;
 
+/// A shard an expression reads, and its update count when the expression was built.
+struct VersionStamp {
+  std::shared_ptr<const ShardVersion> shard;
+  std::uint64_t count = 0;
+};
+
 /// The cache every lazy node holds (shared by copies of the expression): its value once
 /// evaluated, and that value in other layouts once an op needed them, so neither the
-/// computation nor an implicit collective runs twice.
+/// computation nor an implicit collective runs twice. `reads`: every tensor the expression
+/// reads, stamped when it was built (stale_check).
 template <class T>
 struct NodeState {
   std::source_location where;
   std::optional<RuntimeTensor<T>> value;
   std::vector<RuntimeTensor<T>> other_layouts;
+  std::vector<VersionStamp> reads;
 };
+
+/// Adds the shards `operand` reads (a tensor: itself; an expression: its reads; a scalar: none).
+template <class E>
+void collect_reads(std::vector<VersionStamp>& out, const E& operand) {
+  if constexpr (is_sharded_v<E>) {
+    const auto& v = ShardedAccess::version(operand);
+    out.push_back({v, v->count});
+  } else if constexpr (Expression<E>) {
+    const auto& r = operand.node_state().reads;
+    out.insert(out.end(), r.begin(), r.end());
+  }
+}
+
+template <class... E>
+std::vector<VersionStamp> reads_of(const E&... operands) {
+  std::vector<VersionStamp> out;
+  (collect_reads(out, operands), ...);
+  return out;
+}
+
+/// An expression denotes its operands' values when it was built. Once one of them has been
+/// updated in place (an optimizer step, reshard_into, mark_modified), that value is gone:
+/// evaluating, or reusing a value cached before the update, throws instead of silently
+/// mixing old and new (docs/design.md, "Handles, laziness and in-place updates").
+inline std::string where_string(const UserSiteState& w) {
+  if (w.file == nullptr || w.line == 0) return "?";
+  std::string_view f = w.file;
+  const auto slash = f.find_last_of('/');
+  if (slash != std::string_view::npos) f.remove_prefix(slash + 1);
+  return std::string(f) + ":" + std::to_string(w.line);
+}
+inline std::string where_string(const std::source_location& w) {
+  return where_string(UserSiteState{w.file_name(), static_cast<std::uint_least32_t>(w.line())});
+}
+inline void stale_check(const std::vector<VersionStamp>& reads, const std::source_location& built,
+                        const char* op) {
+  for (const VersionStamp& r : reads)
+    if (r.shard->count != r.count)
+      throw Error(op, std::string("this expression, built at ") + where_string(built) +
+                          ", reads a tensor that " + r.shard->op + " at " +
+                          where_string(r.shard->site) +
+                          " updated in place after it was built; evaluate it into a Sharded "
+                          "before the update to keep the old value, or build it again after the "
+                          "update to use the new one");
+}
 
 /// The same pending partial axes (as sets).
 constexpr bool same_partial(const Layout& a, const Layout& b) {
   if (a.partial_count != b.partial_count) return false;
   for (int i = 0; i < a.partial_count; ++i)
     if (!b.is_partial(a.partial[i])) return false;
-  return true;
-}
-
-/// Going from `from` to `to` moves no data between ranks: every dimension keeps its split or
-/// was replicated (a local slice), and no pending partial sum is finished.
-constexpr bool no_communication(const Layout& from, const Layout& to) {
-  for (int i = 0; i < from.partial_count; ++i)
-    if (!to.is_partial(from.partial[i])) return false;
-  for (int d = 0; d < from.rank; ++d) {
-    const int t = to.find(from.dims[d].label);
-    if (t < 0) return false;
-    if (from.dims[d].split() && !(from.dims[d] == to.dims[t])) return false;
-  }
   return true;
 }
 
@@ -111,23 +130,13 @@ inline std::string layout_text(const Layout& l, const std::vector<std::string>& 
   return s;
 }
 
-constexpr std::string_view source_file_name(std::string_view path) {
-  std::size_t slash = path.size();
-  while (slash > 0 && path[slash - 1] != '/') --slash;
-  return path.substr(slash);
-}
-
-inline std::string where_string(const std::source_location& w) {
-  if (w.line() == 0) return "?";
-  return std::string(source_file_name(w.file_name())) + ":" + std::to_string(w.line());
-}
 
 /// A Sharded of type R holding the run-time value `r` (its shard, partial op and autodiff node).
 template <class R, class MeshT, class T>
 R sharded_from(const MeshT& mesh, const RuntimeTensor<T>& r) {
   R out(mesh, r.shape, r.data);
-  out.set_partial_op(r.partial_op);
-  out.set_grad_node(r.grad);
+  detail::set_partial_op(out, r.partial_op);
+  detail::set_grad_node(out, r.grad);
   return out;
 }
 
@@ -203,35 +212,50 @@ constexpr bool strict_check() {
   }
 }
 
-}  // namespace detail
-
-/// Evaluates an expression and gives it the layout of Target (the same labels; resharded when
-/// the layouts differ). What assigning an expression to a Sharded does.
-template <class Target, class E>
-Target evaluate_as(const E& e) {
-  if constexpr (detail::is_sharded_v<E>) {
-    return Target(e);
+/// Strict mode: fails to compile when evaluating into a declared layout communicates.
+template <class MeshT, Layout From, Layout To>
+constexpr bool strict_evaluation_check() {
+  if constexpr (strict_mode && !no_communication(From, To)) {
+    return sizeof(strict_error::evaluation_into_layout_communicates<
+                  detail::shown<spec_of<MeshT, From>()>, detail::shown<spec_of<MeshT, To>()>>) ==
+           0;
   } else {
-    using R = typename E::result_type;
-    if constexpr (std::is_same_v<R, Target>)
-      return e.eval();
-    else
-      return Target(e.eval());
+    return true;
   }
 }
 
-/// evaluate_as at the user's line `where` (errors and traces name it).
-template <class Target, class E>
+}  // namespace detail
+
+/// Evaluates `e` into Target's layout (the same labels) at the user's line `where`: an
+/// expression's own layout is inferred, so the declared type is the annotation that fixes it
+/// (GSPMD's rule). When the layouts differ the value is resharded, and the trace shows that
+/// reshard at `where`; under GSHARD_STRICT it must be written reshard<Target>(expr) when it
+/// communicates (`Explicit`). A Sharded is resharded only when that moves no data (conversions
+/// never hide a collective: tensor/sharded.hpp).
+template <class Target, bool Explicit = false, class E>
 Target evaluate_at(const E& e, std::source_location where, const char* op) {
   const detail::UserSite site(where, op);
-  return evaluate_as<Target>(e);
+  if constexpr (detail::is_sharded_v<E>) {
+    if constexpr (!Explicit) static_assert(detail::no_communication(E::layout, Target::layout));
+    return reshard<Target>(e, where);
+  } else {
+    using R = typename E::result_type;
+    if constexpr (std::is_same_v<R, Target>) {
+      return e.eval();
+    } else {
+      if constexpr (!Explicit)
+        static_assert(
+            detail::strict_evaluation_check<typename E::mesh_type, R::layout, Target::layout>());
+      return reshard<Target>(e.eval(), where);
+    }
+  }
 }
 
 /// reshard<Target>(expr): evaluates a lazy expression into Target's layout. Collective.
 template <class Target, Expression E>
 requires(E::is_lazy) Target
     reshard(const E& e, std::source_location where = std::source_location::current()) {
-  return evaluate_at<Target>(e, where, "reshard");
+  return evaluate_at<Target, true>(e, where, "reshard");
 }
 
 }  // namespace gshard

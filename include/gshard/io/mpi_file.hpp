@@ -229,7 +229,10 @@ void transfer_block(const MpiFile& file, std::uint64_t at, const S& t, bool writ
     error = std::string(write ? "cannot write" : "cannot read") + " tensor \"" + name + "\" of " +
             file.path() + ": " + mpi_error_text(rc);
   agree(file.comm(), file.op(), error);
-  if (!write) Kokkos::deep_copy(t.local_view(), host);
+  if (!write) {
+    Kokkos::deep_copy(t.local_view(), host);
+    gshard::detail::mark_updated(t, "a file read");
+  }
   // Back to a plain byte view for header access.
   file.check(MPI_File_set_view(file.handle(), 0, MPI_BYTE, MPI_BYTE, "native", MPI_INFO_NULL),
              "reset the file view of");

@@ -31,14 +31,6 @@ namespace detail {
 using gshard::detail::axes_string;
 using gshard::detail::group_size_of;
 
-template <class S>
-concept ShardedTensor = requires {
-  typename S::mesh_type;
-  typename S::value_type;
-  typename S::view_type;
-  S::layout;
-};
-
 template <class MeshT>
 std::vector<std::string> axis_names() {
   return {MeshT::axis_names.begin(), MeshT::axis_names.end()};
@@ -163,7 +155,13 @@ double clip_by_global_norm(std::tuple<G&...> grads, double max_norm,
   const double norm = detail::global_norm_impl("clip_by_global_norm", grads);
   if (norm > max_norm) {
     const double factor = max_norm / norm;
-    std::apply([&](auto&... g) { (detail::scale_in_place(g.local_view(), factor), ...); }, grads);
+    std::apply(
+        [&](auto&... g) {
+          ((detail::scale_in_place(g.local_view(), factor),
+            gshard::detail::mark_updated(g, "clip_by_global_norm")),
+           ...);
+        },
+        grads);
   }
   return norm;
 }

@@ -179,6 +179,7 @@ class Driver {
       make_all<State>(params, make_state, std::index_sequence_for<P...>{});
     const std::int64_t t = steps_ + 1;
     update_all<State>(params, grads, update, t, std::index_sequence_for<P...>{});
+    std::apply([&](const auto&... p) { (gshard::detail::mark_updated(p, op), ...); }, params);
     steps_ = t;
   }
 

@@ -301,7 +301,7 @@ struct TransformerLM {
                                        gshard::detail::shape_string(tokens.shape()) +
                                        ") exceed max_len " + std::to_string(c.max_len));
     const Mask mask = causal_mask<Mask>(mesh, s);
-    const X emb = take<"V">(embed, tokens);
+    const X emb = reshard<X>(take<"V">(embed, tokens));
     X x = s == c.max_len ? X(emb + pos) : X(emb + slice<"S">(pos, 0, s));
     std::int64_t dense_i = 0, moe_i = 0;
     for (std::int64_t l = 0; l < c.layers; ++l) {
@@ -374,7 +374,7 @@ struct TransformerLM {
     // Stable: logsumexp over V minus the target's logit.
     const auto lse = logsumexp<"V">(lg);
     const auto picked = take_along<"V">(lg, targets);
-    const Scalar ce = mean<"BS">(lse - picked);
+    const Scalar ce = reshard<Scalar>(mean<"BS">(lse - picked));
     const std::int64_t lm = config.moe_layers();
     const MeshT& mesh = embed.mesh();
     const Scalar aux_mean =

@@ -149,6 +149,7 @@ class EinsumExpr {
   detail::NodeState<value_type>& node_state() const { return *s_; }
 
   detail::RuntimeTensor<value_type> runtime() const {
+    detail::stale_check(s_->reads, s_->where, "einsum");
     if (s_->value) return *s_->value;
     const detail::UserSite site(s_->where, "einsum");
     const std::string op = std::string("einsum \"").append(Einsum.view()).append("\"");
@@ -205,7 +206,9 @@ class EinsumExpr {
  private:
   struct State : detail::NodeState<value_type> {
     State(std::source_location w, Operands o)
-        : detail::NodeState<value_type>{w, {}, {}}, operands(std::move(o)) {}
+        : detail::NodeState<value_type>{
+              w, {}, {}, std::apply([](const auto&... x) { return detail::reads_of(x...); }, o)},
+          operands(std::move(o)) {}
     Operands operands;
   };
 

@@ -222,7 +222,12 @@ auto uniform_noise(const E& x, typename E::value_type low, typename E::value_typ
 /// high): the same values as random_uniform of that layout. x is not evaluated.
 template <Expression E>
 auto random_uniform_like(const E& x, std::uint64_t seed, typename E::value_type low = 0,
-                         typename E::value_type high = 1) {
+                         typename E::value_type high = 1,
+                         std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where, "random_uniform_like");
+  if (!(low < high))
+    throw Error("random_uniform_like",
+                "the range [" + std::to_string(low) + ", " + std::to_string(high) + ") is empty");
   using T = typename E::value_type;
   using R = detail::unpartial_result<E>;
   const auto r = detail::random_like_runtime<T>(x.mesh().state(), E::layout, x.shape(),
@@ -234,7 +239,9 @@ auto random_uniform_like(const E& x, std::uint64_t seed, typename E::value_type 
 /// mean and standard deviation: the same values as random_normal of that layout.
 template <Expression E>
 auto random_normal_like(const E& x, std::uint64_t seed, typename E::value_type mean = 0,
-                        typename E::value_type stddev = 1) {
+                        typename E::value_type stddev = 1,
+                        std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where, "random_normal_like");
   if constexpr (!detail::check_floating<"random_normal_like", E>()) {
     return 0;
   } else {

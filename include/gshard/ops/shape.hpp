@@ -777,8 +777,8 @@ RuntimeTensor<T> concat_runtime(const std::vector<RuntimeTensor<T>>& xs, char la
 template <class T, class MeshT, Layout L>
 Sharded<T, MeshT, spec_of<MeshT, L>()> to_sharded(const MeshT& mesh, const RuntimeTensor<T>& r) {
   Sharded<T, MeshT, spec_of<MeshT, L>()> out(mesh, r.shape, r.data);
-  out.set_partial_op(r.partial_op);
-  out.set_grad_node(r.grad);
+  detail::set_partial_op(out, r.partial_op);
+  detail::set_grad_node(out, r.grad);
   return out;
 }
 

@@ -504,23 +504,27 @@ Target reshard(const Sharded<T, MeshT, Spec>& source, std::source_location where
   if (plan.steps.empty()) {
     // Same layout: share the shard, like a View copy.
     Target out(source.mesh(), std::move(shape), source.local_view());
-    out.set_partial_op(source.partial_op());
-    out.set_grad_node(source.grad_node());
+    detail::set_partial_op(out, source.partial_op());
+    detail::set_grad_node(out, source.grad_node());
+    detail::ShardedAccess::share_version(out, detail::ShardedAccess::version(source));
     return out;
   }
   const detail::ReshardExecutor<T> run(plan, source.mesh().state(), source.partial_op());
   Target out(source.mesh(), std::move(shape), run.run(source.local_view()));
-  out.set_partial_op(source.partial_op());
+  detail::set_partial_op(out, source.partial_op());
   // The same global value: it keeps the source's node (the backward driver brings each
   // cotangent to the node's own layout, which is the reverse collective).
-  out.set_grad_node(source.grad_node());
+  detail::set_grad_node(out, source.grad_node());
   return out;
 }
 
 /// Reshards `source` into `target`'s existing storage (its global shape must match), so a loop
-/// that reshards every step allocates nothing for the result. Collective over the mesh.
+/// that reshards every step allocates nothing for the result. An in-place update of `target`:
+/// lazy expressions built over it before refuse to run (docs/design.md). Collective over the mesh.
 template <class Target, class T, class MeshT, fixed_string Spec>
-void reshard_into(const Sharded<T, MeshT, Spec>& source, Target& target) {
+void reshard_into(const Sharded<T, MeshT, Spec>& source, Target& target,
+                  std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where, "reshard_into");
   const ReshardPlan plan = plan_reshard<Target>(source);
   const Shape shape = detail::shape_in(Target::layout, plan.source, source.shape());
   if (shape != target.shape())
@@ -535,7 +539,8 @@ void reshard_into(const Sharded<T, MeshT, Spec>& source, Target& target) {
     const Kokkos::View<T*> out = run.run(source.local_view(), target.local_view());
     if (out.data() != target.local_view().data()) Kokkos::deep_copy(target.local_view(), out);
   }
-  target.set_partial_op(source.partial_op());
+  detail::set_partial_op(target, source.partial_op());
+  detail::mark_updated(target, "reshard_into");
 }
 
 /// One line per step: the collective, its axes, the layouts and the bytes this rank sends.

@@ -17,13 +17,6 @@
 
 namespace gshard {
 
-template <class S>
-concept ShardedType = requires {
-  typename S::mesh_type;
-  typename S::value_type;
-  S::layout;
-};
-
 namespace detail {
 
 // The kernels below are templated on element types only: nvcc cannot compile a device lambda
@@ -76,23 +69,28 @@ S fill_by_global_index(const typename S::mesh_type& mesh, Shape shape, const cha
 }  // namespace detail
 
 /// Zeros of the given global shape.
-template <ShardedType S>
-S zeros(const typename S::mesh_type& mesh, Shape shape) {
-  return S(mesh, std::move(shape));
+template <ShardedTensor S>
+S zeros(const typename S::mesh_type& mesh, Shape shape,
+        std::source_location where = std::source_location::current()) {
+  return S(mesh, std::move(shape), where);
 }
 
 /// Every element equal to `value`.
-template <ShardedType S>
-S full(const typename S::mesh_type& mesh, Shape shape, typename S::value_type value) {
+template <ShardedTensor S>
+S full(const typename S::mesh_type& mesh, Shape shape, typename S::value_type value,
+       std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where, "full");
   using T = typename S::value_type;
   return detail::fill_by_global_index<S>(mesh, std::move(shape), "gshard::full",
                                          detail::ConstantValue<T>{value});
 }
 
 /// Uniform in [low, high) (integers: low to high-1), a pure function of (seed, global index).
-template <ShardedType S>
+template <ShardedTensor S>
 S random_uniform(const typename S::mesh_type& mesh, Shape shape, std::uint64_t seed,
-                 typename S::value_type low = 0, typename S::value_type high = 1) {
+                 typename S::value_type low = 0, typename S::value_type high = 1,
+                 std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where, "random_uniform");
   using T = typename S::value_type;
   if (!(low < high))
     throw Error("random_uniform",
@@ -102,9 +100,11 @@ S random_uniform(const typename S::mesh_type& mesh, Shape shape, std::uint64_t s
 }
 
 /// Normal with the given mean and standard deviation, a pure function of (seed, global index).
-template <ShardedType S>
+template <ShardedTensor S>
 S random_normal(const typename S::mesh_type& mesh, Shape shape, std::uint64_t seed,
-                typename S::value_type mean = 0, typename S::value_type stddev = 1) {
+                typename S::value_type mean = 0, typename S::value_type stddev = 1,
+                std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where, "random_normal");
   using T = typename S::value_type;
   static_assert(std::is_floating_point_v<T>, "gshard::random_normal needs float or double");
   return detail::fill_by_global_index<S>(mesh, std::move(shape), "gshard::random_normal",
@@ -112,7 +112,7 @@ S random_normal(const typename S::mesh_type& mesh, Shape shape, std::uint64_t se
 }
 
 /// Each rank passes the whole tensor (row-major, spec order) and keeps its own block.
-template <ShardedType S>
+template <ShardedTensor S>
 S from_global(const typename S::mesh_type& mesh, Shape shape,
               std::span<const typename S::value_type> global,
               std::source_location where = std::source_location::current()) {
@@ -138,7 +138,7 @@ S from_global(const typename S::mesh_type& mesh, Shape shape,
   return out;
 }
 
-template <ShardedType S>
+template <ShardedTensor S>
 S from_global(const typename S::mesh_type& mesh, Shape shape,
               const std::vector<typename S::value_type>& global,
               std::source_location where = std::source_location::current()) {

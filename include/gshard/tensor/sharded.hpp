@@ -35,6 +35,28 @@ constexpr bool same_label_set(const Layout& a, const Layout& b) {
   return true;
 }
 
+/// Going from `from` to `to` moves no data between ranks: every dimension keeps its split or
+/// was replicated (a local slice), and no pending partial sum is finished.
+constexpr bool no_communication(const Layout& from, const Layout& to) {
+  for (int i = 0; i < from.partial_count; ++i)
+    if (!to.is_partial(from.partial[i])) return false;
+  for (int d = 0; d < from.rank; ++d) {
+    const int t = to.find(from.dims[d].label);
+    if (t < 0) return false;
+    if (from.dims[d].split() && !(from.dims[d] == to.dims[t])) return false;
+  }
+  return true;
+}
+
+struct ShardedAccess;
+
+/// Records an in-place update by `op`, at the user's line now set (core/error.hpp UserSite).
+inline void bump_version(ShardVersion& v, const char* op) noexcept {
+  ++v.count;
+  v.op = op;
+  v.site = user_site_state();
+}
+
 }  // namespace detail
 
 namespace layout_error {
@@ -53,6 +75,14 @@ struct renamed_layout_must_keep_axes {
                 "gshard: .as<\"...\">() renames labels only: give one new label per dimension, or "
                 "the same spec with other labels");
 };
+/// From, To: the two specs.
+template <auto From, auto To>
+struct conversion_communicates_write_reshard {
+  static_assert(always_false<conversion_communicates_write_reshard>,
+                "gshard: this conversion between layouts moves data between ranks (a collective: "
+                "every rank must make it); conversions never hide one, so write "
+                "gshard::reshard<Target>(x) (or reshard_into) where you mean it");
+};
 }  // namespace layout_error
 
 template <class T, class MeshT, fixed_string Spec>
@@ -62,9 +92,7 @@ template <class Target, class T, class MeshT, fixed_string Spec>
 Target reshard(const Sharded<T, MeshT, Spec>& source,
                std::source_location where = std::source_location::current());
 
-template <class Target, class E>
-Target evaluate_as(const E& e);  // expr/node.hpp
-template <class Target, class E>
+template <class Target, bool Explicit, class E>
 Target evaluate_at(const E& e, std::source_location where, const char* op);  // expr/node.hpp
 
 /// A global tensor of element type T over a Mesh, laid out as Spec says (core/layout.hpp).
@@ -112,19 +140,49 @@ class Sharded {
                                  std::to_string(local_size()));
   }
 
-  /// Resharding on assignment: the value of `other` in this layout.
+  /// A layout change that moves no data between ranks (a local slice of a replicated dimension,
+  /// a transpose) converts implicitly.
   template <fixed_string OtherSpec>
-  requires(!(OtherSpec == Spec))
+  requires(!(OtherSpec == Spec) &&
+           detail::no_communication(Sharded<T, MeshT, OtherSpec>::layout, layout))
       Sharded(const Sharded<T, MeshT, OtherSpec>& other,  // NOLINT: implicit on purpose
               std::source_location where = std::source_location::current())
       : Sharded(reshard<Sharded>(other, where)) {}
+
+  /// A fresh value (an op's result) given a declared layout: the annotation reshards it, as
+  /// evaluating an expression does (expr/node.hpp evaluate_at); the trace shows the collective at
+  /// `where`. Under GSHARD_STRICT it must be written reshard<Target>(...) when it communicates.
+  template <fixed_string OtherSpec>
+  requires(!(OtherSpec == Spec) &&
+           !detail::no_communication(Sharded<T, MeshT, OtherSpec>::layout, layout) &&
+           detail::same_label_set(Sharded<T, MeshT, OtherSpec>::layout, layout))
+      Sharded(Sharded<T, MeshT, OtherSpec>&& fresh,  // NOLINT: implicit on purpose
+              std::source_location where = std::source_location::current())
+      : Sharded(annotated(fresh, where)) {}
+
+  /// An existing tensor never changes layout implicitly when that communicates: a collective is
+  /// written reshard<Target>(x), so every rank's call is visible (docs/design.md, "Conversions").
+  template <fixed_string OtherSpec>
+  requires(!(OtherSpec == Spec) &&
+           !detail::no_communication(Sharded<T, MeshT, OtherSpec>::layout, layout))
+      Sharded(const Sharded<T, MeshT, OtherSpec>& other,  // NOLINT: diagnosed
+              std::source_location where = std::source_location::current())
+      : Sharded(other.mesh(), {}, where) {
+    if constexpr (!detail::same_label_set(Sharded<T, MeshT, OtherSpec>::layout, layout)) {
+      static_assert(sizeof(layout_error::labels_differ_between_layouts<
+                           detail::shown<OtherSpec>, detail::shown<Spec>>) == 0);
+    } else {
+      static_assert(sizeof(layout_error::conversion_communicates_write_reshard<
+                           detail::shown<OtherSpec>, detail::shown<Spec>>) == 0);
+    }
+  }
 
   /// Evaluating a lazy expression (einsum, elementwise ops) into this layout: an annotation, so
   /// the value is resharded when the expression's own layout differs.
   template <Expression E>
   requires(E::is_lazy) Sharded(const E& e,  // NOLINT: implicit on purpose
                                std::source_location where = std::source_location::current())
-      : Sharded(evaluate_at<Sharded>(e, where, "Sharded")) {}
+      : Sharded(evaluate_at<Sharded, false>(e, where, "Sharded")) {}
 
   GSHARD_EXPRESSION_OPERATORS(Sharded)
 
@@ -133,18 +191,25 @@ class Sharded {
   [[nodiscard]] std::int64_t size() const noexcept { return detail::product(shape_); }
   /// How pending partial sums combine (sum unless a max/min reduction produced them).
   [[nodiscard]] ReduceOp partial_op() const noexcept { return partial_op_; }
-  void set_partial_op(ReduceOp op) noexcept { partial_op_ = op; }
 
   /// The autodiff node that made this value (null: not tracked; see gshard::track).
   [[nodiscard]] const std::shared_ptr<detail::GradNode>& grad_node() const noexcept {
     return node_;
   }
-  void set_grad_node(std::shared_ptr<detail::GradNode> n) noexcept { node_ = std::move(n); }
   /// Whether gradients flow to or through this value.
   [[nodiscard]] bool tracked() const noexcept { return node_ != nullptr; }
 
-  /// The padded local block, flat and row-major in spec order.
+  /// The padded local block, flat and row-major in spec order. Writing to it updates every
+  /// handle; call mark_modified() afterwards so lazy expressions built over the old value refuse
+  /// to run instead of reading the new one.
   [[nodiscard]] const view_type& local_view() const noexcept { return data_; }
+  /// How many in-place updates this shard had (optimizer steps, reshard_into, mark_modified).
+  [[nodiscard]] std::uint64_t version() const noexcept { return version_->count; }
+  /// Records an in-place update of the shard made through local_view().
+  void mark_modified(std::source_location where = std::source_location::current()) const noexcept {
+    const detail::UserSite site(where);
+    detail::bump_version(*version_, "mark_modified");
+  }
   /// Padded local extent of each dimension (equal on every rank).
   [[nodiscard]] Shape local_shape() const {
     return detail::local_extents(layout, shape_, mesh_.sizes());
@@ -196,8 +261,9 @@ class Sharded {
         return *this;
       } else {
         Result out(mesh_, shape_, data_);
-        out.set_partial_op(partial_op_);
-        out.set_grad_node(detail::relabel_node<T>(mesh_, node_, layout, Result::layout, shape_));
+        out.partial_op_ = partial_op_;
+        out.node_ = detail::relabel_node<T>(mesh_, node_, layout, Result::layout, shape_);
+        out.version_ = version_;  // the same shard
         return out;
       }
     }
@@ -211,7 +277,14 @@ class Sharded {
     return assemble(/*root=*/-1);
   }
   /// The whole tensor on `root` only (an empty vector elsewhere). Collective over the mesh.
-  [[nodiscard]] std::vector<T> gather_to_root(int root = 0) const { return assemble(root); }
+  [[nodiscard]] std::vector<T> gather_to_root(
+      int root = 0, std::source_location where = std::source_location::current()) const {
+    const detail::UserSite site(where, "gather_to_root");
+    if (root < 0 || root >= mesh_.size())
+      throw Error("gather_to_root", "root " + std::to_string(root) + " is not a rank of the mesh (" +
+                                        std::to_string(mesh_.size()) + " ranks)");
+    return assemble(root);
+  }
 
  private:
   // Same axes per position and same partial axes: only the labels may differ.
@@ -226,6 +299,16 @@ class Sharded {
     for (int i = 0; i < layout.partial_count; ++i)
       if (!to.is_partial(layout.partial[i])) return false;
     return true;
+  }
+
+  template <fixed_string OtherSpec>
+  static Sharded annotated(const Sharded<T, MeshT, OtherSpec>& fresh, std::source_location where) {
+    if constexpr (strict_mode) {
+      static_assert(sizeof(strict_error::evaluation_into_layout_communicates<
+                           detail::shown<OtherSpec>, detail::shown<Spec>>) == 0);
+    }
+    const detail::UserSite site(where, "Sharded");
+    return reshard<Sharded>(fresh, where);
   }
 
   template <fixed_string NewLabels>
@@ -335,9 +418,49 @@ class Sharded {
   view_type data_;
   ReduceOp partial_op_ = ReduceOp::sum;
   std::shared_ptr<detail::GradNode> node_;
+  std::shared_ptr<detail::ShardVersion> version_ = std::make_shared<detail::ShardVersion>();
 
   template <class, class, fixed_string>
   friend class Sharded;
+  friend struct detail::ShardedAccess;
 };
+
+namespace detail {
+
+/// The library's access to a Sharded's internals (not part of the public surface).
+struct ShardedAccess {
+  template <class S>
+  static void set_partial_op(S& t, ReduceOp op) noexcept {
+    t.partial_op_ = op;
+  }
+  template <class S>
+  static void set_grad_node(S& t, std::shared_ptr<GradNode> n) noexcept {
+    t.node_ = std::move(n);
+  }
+  template <class S>
+  static const std::shared_ptr<ShardVersion>& version(const S& t) noexcept {
+    return t.version_;
+  }
+  template <class S>
+  static void share_version(S& t, std::shared_ptr<ShardVersion> v) noexcept {
+    if (v) t.version_ = std::move(v);
+  }
+};
+
+template <class T, class MeshT, fixed_string Spec>
+void set_partial_op(Sharded<T, MeshT, Spec>& t, ReduceOp op) noexcept {
+  ShardedAccess::set_partial_op(t, op);
+}
+template <class T, class MeshT, fixed_string Spec>
+void set_grad_node(Sharded<T, MeshT, Spec>& t, std::shared_ptr<GradNode> n) noexcept {
+  ShardedAccess::set_grad_node(t, std::move(n));
+}
+/// Records that `op` (at the user's line now set) changed the shard of `t` in place.
+template <class T, class MeshT, fixed_string Spec>
+void mark_updated(const Sharded<T, MeshT, Spec>& t, const char* op) noexcept {
+  bump_version(*ShardedAccess::version(t), op);
+}
+
+}  // namespace detail
 
 }  // namespace gshard

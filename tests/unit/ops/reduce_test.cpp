@@ -520,7 +520,7 @@ TEST_CASE("reductions: pending max partials are finished by max, refused by sum"
   whole.partial_count = 0;
   whole.partial = {};
   p = P(mesh, {3, 4}, device_copy(shard_of<double>(whole, {3, 4}, g, grid, 0, false)));
-  p.set_partial_op(gshard::ReduceOp::max);
+  gshard::detail::set_partial_op(p, gshard::ReduceOp::max);
   check_typed(gshard::max<"J">(p), naive(Reduction::max, "IJ", {3, 4}, g, "J"), "max of max", 0);
   int threw = 0;
   std::string message;

@@ -423,7 +423,7 @@ TEST_CASE("cumsum errors: an unknown label and pending max partials throw on eve
   CHECK(everywhere(message,
                    "gshard::cumsum: label 'Q' is not in the input \"B S:y +x\" (global "
                    "shape [2, 5])"));
-  x.set_partial_op(gshard::ReduceOp::max);
+  gshard::detail::set_partial_op(x, gshard::ReduceOp::max);
   message.clear();
   try {
     (void)gshard::exclusive_cumsum<"S">(x);

@@ -485,7 +485,7 @@ TEST_CASE("top_k<\"S\", \"K\">() and one_hot<\"E\">(): typed cases on every 2-ax
       const std::vector<double> g = tie_values(21, 77);
       const Q q = gshard::from_global<Q>(mesh, shape, g);
       P p(mesh, shape, q.local_view());
-      p.set_partial_op(gshard::ReduceOp::max);
+      gshard::detail::set_partial_op(p, gshard::ReduceOp::max);
       const auto r = gshard::top_k<"S", "K">(p, 2);
       const auto [v, i] = naive_top_k(g, shape, 1, 2);
       CHECK(r.values.to_global() == v);
