@@ -1,6 +1,7 @@
 // Tutorial, step 1 (docs/tutorial.md): a sharded matmul. The layouts of the operands are in their
 // types; einsum infers the result's layout at compile time and inserts the collectives it needs.
 // Checked against a naive loop over the gathered matrices.
+// [setup]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -14,11 +15,10 @@ int main(int argc, char** argv) {
   int ranks = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
 
-  // [mesh]
   using Mesh = gs::Mesh<"data", "model">;
   const int data = ranks % 2 == 0 ? ranks / 2 : ranks;  // 4 ranks: a 2 x 2 mesh
   const Mesh mesh(MPI_COMM_WORLD, {data, ranks / data});
-  // [mesh]
+  // [setup]
 
   // [local]
   using X = gs::Sharded<float, Mesh, "B:data M">;   // rows of the batch split over "data"
@@ -40,7 +40,9 @@ int main(int argc, char** argv) {
   const Y z = partial;  // the pending sums over "model" are finished here: one AllReduce
   // [partial]
 
-  // The reference: a naive loop over the whole matrices, on every rank.
+  // [check]
+  // The reference: a naive loop over the whole matrices, on every rank. to_global() is
+  // collective, so every rank calls it; only the printing is left to rank 0.
   const std::vector<float> xs = x.to_global(), ws = w.to_global();
   const std::vector<float> ys = y.to_global(), zs = z.to_global();
   double err = 0;
@@ -56,3 +58,4 @@ int main(int argc, char** argv) {
                 ok ? "ok" : "WRONG");
   return ok ? 0 : 1;
 }
+// [check]

@@ -12,12 +12,14 @@
 namespace gs = gshard;
 
 int main(int argc, char** argv) {
+  // [setup]
   gs::Environment env(argc, argv);
   int ranks = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   using Mesh = gs::Mesh<"data", "expert">;
   const int data = ranks % 2 == 0 ? ranks / 2 : ranks;
   const Mesh mesh(MPI_COMM_WORLD, {data, ranks / data});
+  // [setup]
 
   // [layer]
   using Tokens = gs::Sharded<float, Mesh, "G:data*expert S M">;  // groups over every rank

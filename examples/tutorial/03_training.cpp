@@ -15,6 +15,7 @@
 namespace gs = gshard;
 
 int main(int argc, char** argv) {
+  // [setup]
   gs::Environment env(argc, argv);
   int ranks = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
   using Readout = gs::Sharded<float, Mesh, "M N">;
   using Targets = gs::Sharded<float, Mesh, "G:data*expert S N">;
   const std::int64_t groups = 2 * ranks, tokens = 32, model = 16, hidden = 32, experts = 4;
+  // [setup]
 
   // [model]
   Router wg = gs::random_normal<Router>(mesh, {model, experts}, 1, 0.0f, 0.1f);
@@ -60,7 +62,8 @@ int main(int argc, char** argv) {
     const auto [x, y] = batch(step);
     gs::track(wg, wi, wo, wr);
     const auto d = forward(x, step) - y;
-    const auto loss = gs::mean<"GSN">(d * d);  // a scalar "", partial sums finished
+    const auto loss = gs::mean<"GSN">(d * d);  // a scalar, pending over G's axes: no collective
+    static_assert(decltype(loss)::spec_string() == "+data +expert");
     auto [gg, gi, go, gr] = gs::grad(loss, wg, wi, wo, wr);
     gs::untrack(wg, wi, wo, wr);
     gs::nn::clip_by_global_norm(std::tie(gg, gi, go, gr), 1.0);
