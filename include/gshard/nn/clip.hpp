@@ -21,6 +21,7 @@
 
 #include "../comm/collectives.hpp"
 #include "../core/error.hpp"
+#include "diagnostics.hpp"
 #include "../spmd/plan.hpp"
 #include "../tensor/sharded.hpp"
 
@@ -94,12 +95,18 @@ void scale_in_place(const Kokkos::View<T*>& v, double factor) {
 
 template <class G>
 void check_clip_operand() {
-  static_assert(ShardedTensor<G>, "gshard::nn::global_norm: pass gshard::Sharded tensors");
-  static_assert(std::is_floating_point_v<typename G::value_type>,
-                "gshard::nn::global_norm: gradients must be float or double");
-  static_assert(G::layout.partial_count == 0,
-                "gshard::nn::global_norm: a gradient with pending partial sums (\"+axis\") has no "
-                "norm yet; reshard it to a layout without them first");
+  using gshard::detail::shown;
+  if constexpr (!ShardedTensor<G>) {
+    static_assert(sizeof(nn_error::needs_sharded_tensor<shown<fixed_string("global_norm")>, G>) ==
+                  0);
+  } else if constexpr (!std::is_floating_point_v<typename G::value_type>) {
+    static_assert(sizeof(nn_error::needs_floating_point<shown<fixed_string("global_norm")>,
+                                                        shown<G::spec>>) == 0);
+  } else if constexpr (G::layout.partial_count != 0) {
+    static_assert(
+        sizeof(nn_error::holds_partial_sums<shown<fixed_string("global_norm")>, shown<G::spec>>) ==
+        0);
+  }
 }
 
 template <class... G>

@@ -21,6 +21,7 @@
 
 #include "../autodiff/graph.hpp"
 #include "../core/error.hpp"
+#include "diagnostics.hpp"
 #include "../ops/einsum.hpp"
 #include "../ops/elementwise.hpp"
 #include "../ops/index.hpp"
@@ -234,17 +235,25 @@ auto moe(const X& x, const Wg& wg, const Wi& wi, const Wo& wo, const MoeOptions&
   const gshard::detail::UserSite site(where, "nn::moe");
   using T = typename X::value_type;
   using MeshT = typename X::mesh_type;
-  static_assert(
-      detail::has_labels(X::layout, "GSM") && X::layout.find('S') == 1 && X::layout.find('G') == 0,
-      "gshard::nn::moe: the tokens must be \"G S M\" (groups, tokens per group, model)");
-  static_assert(detail::has_labels(Wg::layout, "ME"),
-                "gshard::nn::moe: the router must be \"M E\"");
-  static_assert(detail::has_labels(Wi::layout, "EMH") && Wi::layout.find('E') == 0,
-                "gshard::nn::moe: the experts' first weights must be \"E M H\"");
-  static_assert(detail::has_labels(Wo::layout, "EHM") && Wo::layout.find('E') == 0,
-                "gshard::nn::moe: the experts' second weights must be \"E H M\"");
-  static_assert(X::layout.dims[1].axis_count == 0, "gshard::nn::moe: S must not be split");
-  static_assert(X::layout.partial_count == 0, "gshard::nn::moe: finish x's partial sums first");
+  using gshard::detail::shown;
+  if constexpr (!(detail::has_labels(X::layout, "GSM") && X::layout.find('S') == 1 &&
+                  X::layout.find('G') == 0)) {
+    static_assert(sizeof(nn_error::moe_operand_labels<shown<fixed_string("x")>, shown<X::spec>,
+                                                      shown<fixed_string("G S M")>>) == 0);
+  } else if constexpr (!detail::has_labels(Wg::layout, "ME")) {
+    static_assert(sizeof(nn_error::moe_operand_labels<shown<fixed_string("wg")>, shown<Wg::spec>,
+                                                      shown<fixed_string("M E")>>) == 0);
+  } else if constexpr (!(detail::has_labels(Wi::layout, "EMH") && Wi::layout.find('E') == 0)) {
+    static_assert(sizeof(nn_error::moe_operand_labels<shown<fixed_string("wi")>, shown<Wi::spec>,
+                                                      shown<fixed_string("E M H")>>) == 0);
+  } else if constexpr (!(detail::has_labels(Wo::layout, "EHM") && Wo::layout.find('E') == 0)) {
+    static_assert(sizeof(nn_error::moe_operand_labels<shown<fixed_string("wo")>, shown<Wo::spec>,
+                                                      shown<fixed_string("E H M")>>) == 0);
+  } else if constexpr (X::layout.dims[1].axis_count != 0) {
+    static_assert(sizeof(nn_error::moe_tokens_split_along_S<shown<X::spec>>) == 0);
+  } else if constexpr (X::layout.partial_count != 0) {
+    static_assert(sizeof(nn_error::moe_tokens_hold_partial_sums<shown<X::spec>>) == 0);
+  }
 
   constexpr Layout gse = detail::group_layout(X::layout, "GSE");
   constexpr Layout gsk = detail::group_layout(X::layout, "GSK");

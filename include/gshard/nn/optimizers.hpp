@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "../core/error.hpp"
+#include "diagnostics.hpp"
 #include "../io/safetensors.hpp"
 #include "../kernels/math.hpp"
 #include "../spmd/reshard.hpp"
@@ -143,18 +144,25 @@ struct Slot : SlotBase {
 
 template <class P>
 void check_parameter_type() {
-  static_assert(ShardedTensor<P>, "gshard::nn optimizers: parameters must be gshard::Sharded");
-  static_assert(std::is_floating_point_v<typename P::value_type>,
-                "gshard::nn optimizers: parameters must be float or double");
-  static_assert(P::layout.partial_count == 0,
-                "gshard::nn optimizers: a parameter cannot hold pending partial sums (\"+axis\")");
+  using gshard::detail::shown;
+  if constexpr (!ShardedTensor<P>) {
+    static_assert(sizeof(nn_error::needs_sharded_tensor<shown<fixed_string("optimizer")>, P>) == 0);
+  } else if constexpr (!std::is_floating_point_v<typename P::value_type>) {
+    static_assert(sizeof(nn_error::needs_floating_point<shown<fixed_string("optimizer")>,
+                                                        shown<P::spec>>) == 0);
+  } else if constexpr (P::layout.partial_count != 0) {
+    static_assert(
+        sizeof(nn_error::holds_partial_sums<shown<fixed_string("optimizer")>, shown<P::spec>>) ==
+        0);
+  }
 }
 
 template <class P, class G>
 void check_gradient_type() {
-  static_assert(std::is_same_v<std::remove_cv_t<P>, std::remove_cv_t<G>>,
-                "gshard::nn optimizers: each gradient must have its parameter's type (element "
-                "type, mesh and layout); reshard it to the parameter's layout first");
+  if constexpr (!std::is_same_v<std::remove_cv_t<P>, std::remove_cv_t<G>>) {
+    static_assert(sizeof(nn_error::gradient_layout_differs_from_parameter<
+                         gshard::detail::shown<P::spec>, gshard::detail::shown<G::spec>>) == 0);
+  }
 }
 
 inline std::string parameter_text(std::size_t i, const std::string& what) {
@@ -171,16 +179,21 @@ class Driver {
   template <template <class> class State, class MakeState, class Update, class... P, class... G>
   void run(const char* op, const std::tuple<P&...>& params, const std::tuple<G&...>& grads,
            MakeState&& make_state, Update&& update) {
-    static_assert(sizeof...(P) == sizeof...(G),
-                  "gshard::nn optimizers: give one gradient per parameter");
-    (check_parameter_type<std::remove_cv_t<P>>(), ...);
-    check_all<State>(op, params, grads, std::index_sequence_for<P...>{});
-    if (slots_.empty() && sizeof...(P) > 0)
-      make_all<State>(params, make_state, std::index_sequence_for<P...>{});
-    const std::int64_t t = steps_ + 1;
-    update_all<State>(params, grads, update, t, std::index_sequence_for<P...>{});
-    std::apply([&](const auto&... p) { (gshard::detail::mark_updated(p, op), ...); }, params);
-    steps_ = t;
+    // One diagnostic per mistake: nothing below is instantiated once a type is wrong.
+    if constexpr (sizeof...(P) != sizeof...(G)) {
+      static_assert(sizeof(nn_error::one_gradient_per_parameter<sizeof...(P), sizeof...(G)>) == 0);
+    } else if constexpr (!(std::is_same_v<std::remove_cv_t<P>, std::remove_cv_t<G>> && ...)) {
+      (check_gradient_type<P, G>(), ...);
+    } else {
+      (check_parameter_type<std::remove_cv_t<P>>(), ...);
+      check_all<State>(op, params, grads, std::index_sequence_for<P...>{});
+      if (slots_.empty() && sizeof...(P) > 0)
+        make_all<State>(params, make_state, std::index_sequence_for<P...>{});
+      const std::int64_t t = steps_ + 1;
+      update_all<State>(params, grads, update, t, std::index_sequence_for<P...>{});
+      std::apply([&](const auto&... p) { (gshard::detail::mark_updated(p, op), ...); }, params);
+      steps_ = t;
+    }
   }
 
   /// f(i, state) for each parameter's state, after the same checks as a step (none before the
@@ -208,7 +221,6 @@ class Driver {
   template <template <class> class State, class... P, class... G, std::size_t... I>
   void check_all(const char* op, const std::tuple<P&...>& params, const std::tuple<G&...>& grads,
                  std::index_sequence<I...>) {
-    (check_gradient_type<P, G>(), ...);
     if (steps_ > 0 && slots_.size() != sizeof...(P))
       throw Error(op, "step " + std::to_string(steps_ + 1) + " got " +
                           std::to_string(sizeof...(P)) +

@@ -328,8 +328,8 @@ struct TransformerLM {
         // Each sequence is one group: G takes B's axes (all devices).
         const auto r = moe(h2.template as<"GSM">(), wg, wi, wo2, opt);
         x = X(x + r.output.template as<"BSM">());
-        const Scalar aux = r.aux_loss;
-        const Scalar z = r.z_loss;
+        const auto aux = reshard<Scalar>(r.aux_loss);  // finishes the partial sums: AllReduce
+        const auto z = reshard<Scalar>(r.z_loss);
         *aux_sum = aux_sum->has_value() ? Scalar(**aux_sum + aux) : aux;
         *z_sum = z_sum->has_value() ? Scalar(**z_sum + z) : z;
         if (stats) {
