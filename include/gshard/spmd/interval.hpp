@@ -9,10 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "../comm/collectives.hpp"
-#include "../comm/mpi_access.hpp"
 #include "../kernels/copy_box.hpp"
 #include "../tensor/sharded.hpp"
+#include "exchange.hpp"
 #include "plan.hpp"
 
 namespace gshard {
@@ -99,13 +98,14 @@ inline int group_index(const Coords& c, unsigned mask, const std::array<int, max
 }
 
 /// Writes every source's pieces into `out` ([outer, dest chunk, inner]): local pieces by copy,
-/// the rest in one AllToAllv over the axes of the line (skipped, on every rank alike, when no
-/// piece crosses ranks anywhere: the pieces depend only on coordinates within the group, so
-/// every group has the same pattern). Elements of `out` no source covers are left as they are.
+/// the rest in one AllToAllv (spmd/exchange.hpp) over the axes of the line (skipped, on every rank
+/// alike, when no piece crosses ranks anywhere: the pieces depend only on coordinates within the
+/// group, so every group has the same pattern). Elements of `out` no source covers are left as they
+/// are.
 template <class T>
-void shape_exchange(const std::vector<LineSource<T>>& sources, const LineBlocks& dest,
-                    std::int64_t outer, std::int64_t inner, T* out, const MeshState& mesh,
-                    const std::vector<std::string>& axis_names) {
+void interval_exchange(const std::vector<LineSource<T>>& sources, const LineBlocks& dest,
+                       std::int64_t outer, std::int64_t inner, T* out, const MeshState& mesh,
+                       const std::vector<std::string>& axis_names) {
   const int axis_count = mesh.axis_count;
   unsigned mask = axes_of(dest.dim);
   for (const auto& s : sources) mask |= axes_of(s.line.dim);
@@ -150,68 +150,50 @@ void shape_exchange(const std::vector<LineSource<T>>& sources, const LineBlocks&
   }
   if (!remote) return;
   const std::int64_t slab = outer * inner;
-  std::vector<int> send_counts(static_cast<std::size_t>(k), 0);
-  std::vector<int> recv_counts(static_cast<std::size_t>(k), 0);
-  std::vector<int> send_displs(static_cast<std::size_t>(k), 0);
-  std::vector<int> recv_displs(static_cast<std::size_t>(k), 0);
-  std::int64_t send_total = 0;
-  std::int64_t recv_total = 0;
+  AllToAllvCounts counts(k);
   for (int j = 0; j < k; ++j) {
-    const auto ju = static_cast<std::size_t>(j);
-    send_displs[ju] = mpi_count(send_total, "shape op AllToAllv");
-    recv_displs[ju] = mpi_count(recv_total, "shape op AllToAllv");
-    if (j == me) continue;
     std::int64_t sent = 0;
     std::int64_t received = 0;
-    for (std::size_t s = 0; s < sources.size(); ++s) {
-      const Piece out_piece = piece(s, me, j);
-      const Piece in_piece = piece(s, j, me);
-      sent += (out_piece.end - out_piece.begin) * slab;
-      received += (in_piece.end - in_piece.begin) * slab;
-    }
-    send_counts[ju] = mpi_count(sent, "shape op AllToAllv");
-    recv_counts[ju] = mpi_count(received, "shape op AllToAllv");
-    send_total += sent;
-    recv_total += received;
+    if (j != me)
+      for (std::size_t s = 0; s < sources.size(); ++s) {
+        const Piece out_piece = piece(s, me, j);
+        const Piece in_piece = piece(s, j, me);
+        sent += (out_piece.end - out_piece.begin) * slab;
+        received += (in_piece.end - in_piece.begin) * slab;
+      }
+    counts.add(j, sent, received, "shape op AllToAllv");
   }
-  Kokkos::View<T*> send(
-      Kokkos::view_alloc(std::string("gshard::shape send"), Kokkos::WithoutInitializing),
-      static_cast<std::size_t>(send_total));
-  Kokkos::View<T*> recv(
-      Kokkos::view_alloc(std::string("gshard::shape recv"), Kokkos::WithoutInitializing),
-      static_cast<std::size_t>(recv_total));
-  std::int64_t at = 0;
-  for (int j = 0; j < k; ++j) {
-    if (j == me) continue;
-    for (std::size_t s = 0; s < sources.size(); ++s) {
-      const Piece p = piece(s, me, j);
-      const std::int64_t len = p.end - p.begin;
-      if (len <= 0) continue;
-      const LineSpan have = span_of(sources[s].line, mesh.sizes, mesh.coords);
-      copy_box(sources[s].data, send.data() + at,
-               line_box(outer, inner, len, have.chunk, p.begin - have.origin, len, 0));
-      at += len * slab;
-    }
-  }
-  {
-    const MpiAccess<T> send_host(send, true);
-    const MpiAccess<T> recv_host(recv, false);
-    all_to_all_v(send_host.data(), send_counts, send_displs, recv_host.data(), recv_counts,
-                 recv_displs, mesh.groups[mask], axes_string(mask, axis_names));
-    recv_host.copy_out();
-  }
-  at = 0;
-  for (int j = 0; j < k; ++j) {
-    if (j == me) continue;
-    for (std::size_t s = 0; s < sources.size(); ++s) {
-      const Piece p = piece(s, j, me);
-      const std::int64_t len = p.end - p.begin;
-      if (len <= 0) continue;
-      copy_box(static_cast<const T*>(recv.data() + at), out,
-               line_box(outer, inner, len, len, 0, mine.chunk, p.begin - mine.origin));
-      at += len * slab;
-    }
-  }
+  all_to_all_v_staged<T>(
+      counts, mesh.groups[mask], axes_string(mask, axis_names),
+      [&](T* send) {
+        std::int64_t at = 0;
+        for (int j = 0; j < k; ++j) {
+          if (j == me) continue;
+          for (std::size_t s = 0; s < sources.size(); ++s) {
+            const Piece p = piece(s, me, j);
+            const std::int64_t len = p.end - p.begin;
+            if (len <= 0) continue;
+            const LineSpan have = span_of(sources[s].line, mesh.sizes, mesh.coords);
+            copy_box(sources[s].data, send + at,
+                     line_box(outer, inner, len, have.chunk, p.begin - have.origin, len, 0));
+            at += len * slab;
+          }
+        }
+      },
+      [&](const T* recv) {
+        std::int64_t at = 0;
+        for (int j = 0; j < k; ++j) {
+          if (j == me) continue;
+          for (std::size_t s = 0; s < sources.size(); ++s) {
+            const Piece p = piece(s, j, me);
+            const std::int64_t len = p.end - p.begin;
+            if (len <= 0) continue;
+            copy_box(recv + at, out,
+                     line_box(outer, inner, len, len, 0, mine.chunk, p.begin - mine.origin));
+            at += len * slab;
+          }
+        }
+      });
 }
 
 /// Every rank's blocks along the line coincide under `a` and `b` (origin, valid end, chunk):

@@ -267,6 +267,5 @@ constexpr bool concat_all_strict_ok(std::index_sequence<I...>) {
   return (concat_strict_ok<Label, Result, static_cast<int>(I), Xs>() && ...);
 }
 
-
 }  // namespace detail
 }  // namespace gshard

@@ -77,8 +77,8 @@ Kokkos::View<T*> lines_to(const Kokkos::View<T*>& src, const LineBlocks& from, c
   if (lines_coincide(from, to, mesh)) return src;
   const LineSpan mine = span_of(to, mesh.sizes, mesh.coords);
   Kokkos::View<T*> out = zeros<T>(f.outer * mine.chunk * f.inner);
-  shape_exchange<T>({LineSource<T>{src.data(), from}}, to, f.outer, f.inner, out.data(), mesh,
-                    axis_names);
+  interval_exchange<T>({LineSource<T>{src.data(), from}}, to, f.outer, f.inner, out.data(), mesh,
+                       axis_names);
   return out;
 }
 
@@ -240,7 +240,7 @@ RuntimeTensor<T> shifted_runtime(const std::vector<RuntimeTensor<T>>& xs,
     sources.push_back(
         {xs[i].data.data(), LineBlocks{xs[i].layout.dims[d], n, 1, shifts[i], begin, end}});
   }
-  shape_exchange<T>(sources, to, f.outer, f.inner, out.data.data(), mesh, axis_names);
+  interval_exchange<T>(sources, to, f.outer, f.inner, out.data.data(), mesh, axis_names);
   return out;
 }
 
