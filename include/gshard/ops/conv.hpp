@@ -123,12 +123,16 @@ auto conv(const X& x, const W& w, const ConvOptions& options = {},
 }
 /// conv with exactly one spatial label: conv1d<"L:K C->O">.
 template <fixed_string Spec, Expression X, Expression W>
-auto conv1d(const X& x, const W& w, const ConvOptions& options = {}) {
+auto conv1d(const X& x, const W& w, const ConvOptions& options = {},
+            std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where, "conv1d");
   return detail::conv_typed<"conv1d", Spec, 1>(x, w, options);
 }
 /// conv with exactly two spatial labels: conv2d<"H:K W:L C->O">.
 template <fixed_string Spec, Expression X, Expression W>
-auto conv2d(const X& x, const W& w, const ConvOptions& options = {}) {
+auto conv2d(const X& x, const W& w, const ConvOptions& options = {},
+            std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where, "conv2d");
   return detail::conv_typed<"conv2d", Spec, 2>(x, w, options);
 }
 

@@ -1,12 +1,12 @@
 #pragma once
 // Shape ops: merge<"GS", "T">(x), split<"T", "GS">(x, {g, s}), concat<"S">(a, b, ...),
 // slice<"S">(x, begin, end), pad<"S">(x, before, after, value). Eager: each returns a Sharded
-// whose layout the rules below fix at compile time from the input layouts.
+// whose layout the rules (ops/shape/rules.hpp) fix at compile time from the input layouts.
 //
 // Every one of them is, along one dimension of the result, a move of intervals: the result's
 // element o along that dimension comes from one input element (shifted: concat, slice, pad;
 // a merged minor part: merge, split) or is a fill value. So all share one run-time engine,
-// shape_exchange: each rank knows, from the block arithmetic alone, which interval every member
+// interval_exchange: each rank knows, from the block arithmetic alone, which interval every member
 // of the group over the dimension's axes holds and needs, sends each piece once (the holder
 // agreeing with the receiver on the axes that replicate the source) in ONE AllToAllv over
 // those axes, and copies its own pieces locally. When nothing crosses ranks (blocks line up)
@@ -146,10 +146,11 @@ auto pad(const X& x, std::int64_t before, std::int64_t after,
   }
 }
 
-/// concat<"S">(a, b, ...): the operands one after the other along S (all other labels of equal
-/// size), in the first operand's layout. Collective over the mesh.
-template <fixed_string Label, Expression A, Expression... Rest>
-requires(sizeof...(Rest) >= 1) auto concat(const A& a, const Rest&... rest) {
+namespace detail {
+
+/// concat on typed operands (the public overloads below open the user's site first).
+template <fixed_string Label, class A, class... Rest>
+auto concat_typed(const A& a, const Rest&... rest) {
   if constexpr (!detail::check_one_label<Label, A>() ||
                 !(detail::check_concat_operand<Label, A, Rest>() && ...)) {
     return 0;
@@ -194,6 +195,61 @@ requires(sizeof...(Rest) >= 1) auto concat(const A& a, const Rest&... rest) {
     }
     return detail::to_sharded<T, MeshT, result>(mesh, r);
   }
+}
+
+}  // namespace detail
+
+/// concat<"S">(a, b, ...): the operands one after the other along S (all other labels of equal
+/// size), in the first operand's layout. Collective over the mesh. Two to eight operands, each
+/// overload with the call site last (a defaulted parameter cannot follow a deduced pack);
+/// more operands take the variadic overload, whose errors name no call site.
+template <fixed_string Label, Expression A, Expression B>
+auto concat(const A& a, const B& b, std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where, "concat");
+  return detail::concat_typed<Label>(a, b);
+}
+template <fixed_string Label, Expression A, Expression B, Expression C>
+auto concat(const A& a, const B& b, const C& c,
+            std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where, "concat");
+  return detail::concat_typed<Label>(a, b, c);
+}
+template <fixed_string Label, Expression A, Expression B, Expression C, Expression D>
+auto concat(const A& a, const B& b, const C& c, const D& d,
+            std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where, "concat");
+  return detail::concat_typed<Label>(a, b, c, d);
+}
+template <fixed_string Label, Expression A, Expression B, Expression C, Expression D, Expression E>
+auto concat(const A& a, const B& b, const C& c, const D& d, const E& e,
+            std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where, "concat");
+  return detail::concat_typed<Label>(a, b, c, d, e);
+}
+template <fixed_string Label, Expression A, Expression B, Expression C, Expression D, Expression E,
+          Expression F>
+auto concat(const A& a, const B& b, const C& c, const D& d, const E& e, const F& f,
+            std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where, "concat");
+  return detail::concat_typed<Label>(a, b, c, d, e, f);
+}
+template <fixed_string Label, Expression A, Expression B, Expression C, Expression D, Expression E,
+          Expression F, Expression G>
+auto concat(const A& a, const B& b, const C& c, const D& d, const E& e, const F& f, const G& g,
+            std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where, "concat");
+  return detail::concat_typed<Label>(a, b, c, d, e, f, g);
+}
+template <fixed_string Label, Expression A, Expression B, Expression C, Expression D, Expression E,
+          Expression F, Expression G, Expression H>
+auto concat(const A& a, const B& b, const C& c, const D& d, const E& e, const F& f, const G& g,
+            const H& h, std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where, "concat");
+  return detail::concat_typed<Label>(a, b, c, d, e, f, g, h);
+}
+template <fixed_string Label, Expression A, Expression... Rest>
+requires(sizeof...(Rest) >= 8) auto concat(const A& a, const Rest&... rest) {
+  return detail::concat_typed<Label>(a, rest...);
 }
 
 }  // namespace gshard
