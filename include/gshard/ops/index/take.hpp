@@ -40,7 +40,7 @@ RuntimeTensor<T> bring(const RuntimeTensor<T>& t, const Layout& need, const Mesh
 }
 
 /// The non-trivial mesh axes (size > 1) that split some dimension of `l`, as a mask.
-inline unsigned split_mask(const Layout& l, const std::array<int, max_axes>& sizes) {
+inline unsigned nontrivial_split_mask(const Layout& l, const std::array<int, max_axes>& sizes) {
   unsigned mask = 0;
   for (int d = 0; d < l.rank; ++d)
     for (int i = 0; i < l.dims[d].axis_count; ++i)
@@ -69,7 +69,7 @@ void check_indices(const RuntimeTensor<I>& idx, std::int64_t n, const MeshState&
     found[1] = v > found[1] ? v : found[1];
     found[2] = -v > found[2] ? -v : found[2];
   }
-  const unsigned mask = split_mask(idx.layout, mesh.sizes);
+  const unsigned mask = nontrivial_split_mask(idx.layout, mesh.sizes);
   if (mask != 0) all_reduce(found, 3, ReduceOp::max, mesh.groups[mask], axes_string(mask, names));
   if (found[0] == 0) return;
   const std::string range =
