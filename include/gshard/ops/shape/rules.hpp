@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "../../core/einsum.hpp"
+#include "../../expr/node.hpp"
 #include "../../tensor/sharded.hpp"
 
 namespace gshard {
