@@ -12,7 +12,7 @@ shapes, forward + backward, median of --reps steps after --warmup:
 
 Gating as bench_moe: top-2 softmax gates, every second choice dispatched, capacity
 C = floor(S cf / E) per group and expert with first choices placed before second choices, gates
-of kept choices normalised by the sum of both, the auxiliary loss mean(m_e c_e) E^2. Loss
+of kept choices normalized by the sum of both, the auxiliary loss mean(m_e c_e) E^2. Loss
 sum(y * r) + aux; gradients with respect to x, router and experts.
 
 Writes a CSV with the same columns as bench_moe's where they apply.

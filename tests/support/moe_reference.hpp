@@ -17,7 +17,7 @@
 // - gates = softmax(x wg) per token. Choice j = argmax of gates over the experts not chosen by
 //   choices < j, ties to the smaller expert index. k = 1 is Switch, k = 2 GShard, k > 2 top-k.
 // - normalize_gates: gate_j = gates[e_j] / sum over the k choices of gates[e_i], before any drop
-//   (the paper); otherwise gate_j = gates[e_j]. Dropped choices are not renormalised away.
+//   (the paper); otherwise gate_j = gates[e_j]. Dropped choices are not renormalized away.
 // - second_expert_policy (k == 2 only): all keeps every second choice; random keeps it iff
 //   2 * gate_2 > u[g][s] (gate_2 as above); sampling draws e_2 from gates with e_1 masked out by
 //   inverse CDF: with w_e = gates[e] for e != e_1 and w_{e_1} = 0, running sums P_e in expert order
@@ -70,7 +70,7 @@ struct Problem {
 // Per (g, s, j), flat [G][S][k].
 struct Routing {
   std::vector<Int> choice;    // the chosen expert, dropped or not
-  std::vector<double> gate;   // its (normalised) gate, before dropping
+  std::vector<double> gate;   // its (normalized) gate, before dropping
   std::vector<Int> expert;    // choice, or -1 when skipped by the policy or over capacity
   std::vector<Int> position;  // slot in the expert's group buffer, or -1 likewise
   std::vector<char> skipped;  // skipped by the second-expert policy (random)
@@ -164,7 +164,7 @@ inline void softmax(const std::vector<double>& l, Int tokens, Int E, std::vector
   }
 }
 
-// Softmax, top-k choices, gate normalisation and the second-expert policy: shared by both
+// Softmax, top-k choices, gate normalization and the second-expert policy: shared by both
 // formulations. Leaves expert/position unset.
 inline Routing choose(const Problem& p, const Options& o, const std::vector<double>& gates) {
   const Int k = o.k, E = p.E;

@@ -7,6 +7,7 @@
 // name are replicated over.
 #include <array>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace gshard {
@@ -158,4 +159,29 @@ constexpr SpecParse parse_layout(std::string_view spec,
   return out;
 }
 
+namespace detail {
+
+/// "G:data S:x*y M +expert": layout `l` written with the mesh's axis names (`names[a]` names
+/// axis a: an array of string views or a vector of strings). The one layout printer: the others
+/// (detail::layout_string, layout_text) spell layouts through it.
+template <class Names>
+std::string format_layout(const Layout& l, const Names& names) {
+  std::string s;
+  for (int d = 0; d < l.rank; ++d) {
+    if (d) s += ' ';
+    s += l.dims[d].label;
+    for (int i = 0; i < l.dims[d].axis_count; ++i) {
+      s += i ? "*" : ":";
+      s += names[static_cast<std::size_t>(l.dims[d].axes[static_cast<std::size_t>(i)])];
+    }
+  }
+  for (int i = 0; i < l.partial_count; ++i) {
+    if (!s.empty()) s += ' ';
+    s += "+";
+    s += names[static_cast<std::size_t>(l.partial[static_cast<std::size_t>(i)])];
+  }
+  return s;
+}
+
+}  // namespace detail
 }  // namespace gshard

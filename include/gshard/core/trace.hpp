@@ -85,7 +85,7 @@ class TraceSpan {
   ~TraceSpan() {
     if (!on_ || !tracing()) return;
     TraceEvent e;
-    e.name = own_name_.empty() ? std::string(name_) : std::move(own_name_);
+    e.name = name_;
     e.category = category_;
     e.detail = std::move(detail_);
     if (e.detail.empty() && trace_state().context != nullptr) e.detail = *trace_state().context;
@@ -102,7 +102,6 @@ class TraceSpan {
 
   /// Whether this span records: build its details only then.
   [[nodiscard]] bool on() const noexcept { return on_; }
-  void set_name(std::string n) { own_name_ = std::move(n); }
   void set_detail(std::string d) { detail_ = std::move(d); }
   void set_collective(std::string axes, std::int64_t bytes) {
     axes_ = std::move(axes);
@@ -114,7 +113,7 @@ class TraceSpan {
   const char* category_;
   const char* name_;
   double start_ = 0;
-  std::string own_name_, detail_, axes_;
+  std::string detail_, axes_;
   std::int64_t bytes_ = -1;
 };
 

@@ -116,18 +116,7 @@ constexpr Layout finished_layout(Layout l) {
 
 /// "B:x S:y*z +w" with run-time axis names (for error messages).
 inline std::string layout_text(const Layout& l, const std::vector<std::string>& names) {
-  std::string s;
-  for (int d = 0; d < l.rank; ++d) {
-    if (d > 0) s += ' ';
-    s += l.dims[d].label;
-    for (int i = 0; i < l.dims[d].axis_count; ++i)
-      s.append(i == 0 ? ":" : "*")
-          .append(names[static_cast<std::size_t>(l.dims[d].axes[static_cast<std::size_t>(i)])]);
-  }
-  for (int i = 0; i < l.partial_count; ++i)
-    s.append(s.empty() ? "+" : " +")
-        .append(names[static_cast<std::size_t>(l.partial[static_cast<std::size_t>(i)])]);
-  return s;
+  return format_layout(l, names);
 }
 
 

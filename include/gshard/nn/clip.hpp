@@ -37,7 +37,8 @@ std::vector<std::string> axis_names() {
   return {MeshT::axis_names.begin(), MeshT::axis_names.end()};
 }
 
-/// Axes that split some dimension of `l`.
+/// Axes that split some dimension of `l`, size-1 axes included (index checks use
+/// nontrivial_split_mask, which leaves those out).
 constexpr unsigned split_mask(const Layout& l) {
   unsigned m = 0;
   for (int d = 0; d < l.rank; ++d)

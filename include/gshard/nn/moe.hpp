@@ -312,7 +312,7 @@ auto moe(const X& x, const Wg& wg, const Wi& wi, const Wo& wo, const MoeOptions&
   const PerChoice keep(mesh, {g, s, k}, r.keep);
   const PerExpert first(mesh, {g, e}, r.first);
 
-  // Gate values of the choices (differentiable), normalised over the k choices before drops.
+  // Gate values of the choices (differentiable), normalized over the k choices before drops.
   const PerChoice chosen = take_along<"E">(gates, choice, Bounds::trusted);
   const PerChoice weight = [&] {
     if (k == 1) return PerChoice(chosen * keep);

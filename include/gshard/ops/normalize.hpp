@@ -1,5 +1,5 @@
 #pragma once
-// Normalisations over one label: softmax<"S">(x), log_softmax, layer_norm<"M">(x[, gain[, bias]],
+// Normalizations over one label: softmax<"S">(x), log_softmax, layer_norm<"M">(x[, gain[, bias]],
 // eps), rms_norm<"M">(x[, gain], eps). The result has the input's layout without pending
 // partials (a pending input is finished first). Over a split label each row's statistics are
 // local sums over the valid elements followed by AllReduces of the row block (the reduced size):
@@ -37,23 +37,23 @@ inline constexpr bool always_false = false;
 template <auto Op, auto Label, auto InputSpec>
 struct label_not_in_input {
   static_assert(always_false<label_not_in_input>,
-                "gshard normalisation: the label is not a label of the input (op, label, input "
+                "gshard normalization: the label is not a label of the input (op, label, input "
                 "spec: the arguments above)");
 };
 template <auto Op, auto Labels>
 struct give_exactly_one_label {
   static_assert(always_false<give_exactly_one_label>,
-                "gshard normalisation: normalise over exactly one label, e.g. softmax<\"S\">(x)");
+                "gshard normalization: normalize over exactly one label, e.g. softmax<\"S\">(x)");
 };
 template <auto Op, auto InputSpec>
 struct needs_floating_point {
   static_assert(always_false<needs_floating_point>,
-                "gshard normalisation: needs float or double elements");
+                "gshard normalization: needs float or double elements");
 };
 template <auto Op, auto Label, auto ParameterSpec>
 struct gain_or_bias_labels_differ_from_the_label {
   static_assert(always_false<gain_or_bias_labels_differ_from_the_label>,
-                "gshard normalisation: a gain or bias must have exactly one label, the normalised "
+                "gshard normalization: a gain or bias must have exactly one label, the normalized "
                 "one (op, label, its spec: the arguments above)");
 };
 }  // namespace normalize_error
@@ -114,7 +114,7 @@ struct NormStats {
   bool has_gain = false;
 };
 
-/// The whole sharded normalisation on run-time layouts (the typed API and the property tests
+/// The whole sharded normalization on run-time layouts (the typed API and the property tests
 /// both run this). `gain` and `bias` may be null. Collective over the mesh. `stats` (optional,
 /// layer_norm and rms_norm) receives each row's shift and scale for the backward pass.
 /// The row kernel of normalize_runtime (kernels/rows.hpp): a row's statistics folded into one
@@ -181,7 +181,7 @@ RuntimeTensor<T> normalize_runtime(Normalization kind, char label, const MeshSta
                                    const RuntimeTensor<T>& in, double eps,
                                    const RuntimeTensor<T>* gain, const RuntimeTensor<T>* bias,
                                    NormStats<T>* stats = nullptr) {
-  static_assert(std::is_floating_point_v<T>, "gshard normalisation: float or double elements");
+  static_assert(std::is_floating_point_v<T>, "gshard normalization: float or double elements");
   const std::string op = normalization_name(kind);
   const std::string labels(1, label);
   check_reduce_input(op, labels, in.layout, in.shape, false, axis_names);
@@ -431,7 +431,7 @@ constexpr bool normalize_ok() {
   }
 }
 
-/// The typed normalisation: the result has the input's layout without pending partials.
+/// The typed normalization: the result has the input's layout without pending partials.
 /// Finishing them, and resharding a gain or bias to the input's split of the label, are implicit
 /// collectives (strict mode refuses them).
 template <Normalization K, fixed_string Op, fixed_string Label, class E, class... P>
@@ -443,7 +443,7 @@ auto normalize_typed(double eps, const E& x, const P&... params) {
     using MeshT = typename E::mesh_type;
     static_assert(((std::is_same_v<typename P::value_type, T> &&
                     std::is_same_v<typename P::mesh_type, MeshT>)&&...),
-                  "gshard normalisation: gain and bias must have the input's element type and "
+                  "gshard normalization: gain and bias must have the input's element type and "
                   "Mesh type");
     constexpr char label = Label.view()[0];
     constexpr Layout in = E::layout;

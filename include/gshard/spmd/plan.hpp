@@ -127,9 +127,6 @@ inline Layout without_minor_axis(Layout l, int dim) {
   return l;
 }
 
-/// The axis list of the dimension labelled `label`, as a comparable value.
-inline DimLayout dim_by_label(const Layout& l, char label) { return l.dims[l.find(label)]; }
-
 inline bool same_order(const Layout& a, const Layout& b) {
   for (int d = 0; d < a.rank; ++d)
     if (a.dims[d].label != b.dims[d].label) return false;

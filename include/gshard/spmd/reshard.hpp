@@ -10,38 +10,17 @@
 #include <string>
 #include <type_traits>
 #include <vector>
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
 
 #include "../comm/collectives.hpp"
 #include "../comm/mpi_access.hpp"
 #include "../kernels/copy_box.hpp"
 #include "../tensor/sharded.hpp"
+#include "exchange.hpp"
 #include "plan.hpp"
 
 namespace gshard {
 
 namespace detail {
-
-/// Asks the kernel to back the 2 MiB-aligned interior of a fresh host allocation with huge
-/// pages (Linux transparent huge pages in "madvise" mode), before anything touches it: the first
-/// touch of a large result then takes one fault per 2 MiB instead of one per 4 KiB.
-template <class T>
-void advise_huge_pages(const Kokkos::View<T*>& v) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  using Space = typename Kokkos::View<T*>::memory_space;
-  if constexpr (std::is_same_v<Space, Kokkos::HostSpace>) {
-    constexpr std::uintptr_t huge = std::uintptr_t{2} << 20;
-    const auto begin = reinterpret_cast<std::uintptr_t>(v.data());
-    const std::uintptr_t first = (begin + huge - 1) & ~(huge - 1);
-    const std::uintptr_t last = (begin + v.extent(0) * sizeof(T)) & ~(huge - 1);
-    if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
-  }
-#else
-  (void)v;
-#endif
-}
 
 /// Results of resharding, recycled: a result the caller has dropped (the cache holds its only
 /// reference) is handed out again for the next result of the same size, so `y = reshard<L>(x)`
@@ -73,28 +52,6 @@ Kokkos::View<T*> recycled_result(std::int64_t n) {
   }
   cache.push_back(fresh);
   return fresh;
-}
-
-/// The executor's send and receive staging buffers (slot 0 and 1), kept between calls and grown
-/// on demand, so a reshard in a loop neither allocates nor first-touches them again. Released
-/// when Kokkos finalises. MPI is funneled through one thread, so one set per element type does.
-template <class T>
-Kokkos::View<T*> workspace(int slot, std::int64_t n) {
-  static std::array<Kokkos::View<T*>, 2> views;
-  static const bool hooked = [] {
-    Kokkos::push_finalize_hook([] { views = {}; });
-    return true;
-  }();
-  (void)hooked;
-  Kokkos::View<T*>& v = views[static_cast<std::size_t>(slot)];
-  if (static_cast<std::int64_t>(v.extent(0)) < n) {
-    v = Kokkos::View<T*>();
-    v = Kokkos::View<T*>(
-        Kokkos::view_alloc(std::string("gshard::reshard::workspace"), Kokkos::WithoutInitializing),
-        n);
-    advise_huge_pages(v);
-  }
-  return Kokkos::View<T*>(v.data(), n);  // unmanaged: the cache owns the memory
 }
 
 /// Copies `box` (global indices, per dim of `to`) from a block under `from` held at
@@ -410,57 +367,49 @@ class ReshardExecutor {
 
     const int k = group_size_of(mask, sizes);
     const int axis_count = mesh_.axis_count;
-    std::vector<int> send_counts(static_cast<std::size_t>(k), 0);
-    std::vector<int> recv_counts(static_cast<std::size_t>(k), 0);
-    std::vector<int> send_displs(static_cast<std::size_t>(k), 0);
-    std::vector<int> recv_displs(static_cast<std::size_t>(k), 0);
+    AllToAllvCounts counts(k);
     std::vector<Box> send_boxes(static_cast<std::size_t>(k));
     std::vector<Box> recv_boxes(static_cast<std::size_t>(k));
-    std::int64_t send_total = 0;
-    std::int64_t recv_total = 0;
     for (int j = 0; j < k; ++j) {
       const auto ju = static_cast<std::size_t>(j);
       const Coords other = member_coords(me, mask, j, sizes, axis_count);
       if (other == me) continue;
+      std::int64_t sent = 0;
+      std::int64_t received = 0;
       if (serves(from, mask, me, other, axis_count)) {
         send_boxes[ju] = overlap(from, to, to_shape, sizes, me, other);
-        send_counts[ju] = mpi_count(send_boxes[ju].volume(), "reshard");
+        sent = send_boxes[ju].volume();
       }
       if (serves(from, mask, other, me, axis_count)) {
         recv_boxes[ju] = overlap(from, to, to_shape, sizes, other, me);
-        recv_counts[ju] = mpi_count(recv_boxes[ju].volume(), "reshard");
+        received = recv_boxes[ju].volume();
       }
-      send_displs[ju] = mpi_count(send_total, "reshard");
-      recv_displs[ju] = mpi_count(recv_total, "reshard");
-      send_total += send_counts[ju];
-      recv_total += recv_counts[ju];
+      counts.add(j, sent, received, "reshard");
     }
-    Kokkos::View<T*> send = scratch(send_total, 0);
-    Kokkos::View<T*> recv = scratch(recv_total, 1);
-    for (int j = 0; j < k; ++j) {
-      const auto ju = static_cast<std::size_t>(j);
-      if (send_counts[ju] == 0) continue;
-      const Box& box = send_boxes[ju];
-      BoxEnds packed{&to, Shape(box.length, box.length + to.rank),
-                     Shape(box.start, box.start + to.rank)};
-      copy_box(in.data(), send.data() + send_displs[ju],
-               box_copy(box, from, mine_from, to, packed));
-    }
-    {
-      MpiAccess<T> src(send, true);
-      MpiAccess<T> dst(recv, false);
-      all_to_all_v(src.data(), send_counts, send_displs, dst.data(), recv_counts, recv_displs,
-                   group(mask), axes(mask));
-      dst.copy_out();
-    }
-    for (int j = 0; j < k; ++j) {
-      const auto ju = static_cast<std::size_t>(j);
-      if (recv_counts[ju] == 0) continue;
-      const Box& box = recv_boxes[ju];
-      BoxEnds packed{&to, Shape(box.length, box.length + to.rank),
-                     Shape(box.start, box.start + to.rank)};
-      copy_box(recv.data() + recv_displs[ju], out.data(), box_copy(box, to, packed, to, mine_to));
-    }
+    all_to_all_v_staged<T>(
+        counts, group(mask), axes(mask),
+        [&](T* send) {
+          for (int j = 0; j < k; ++j) {
+            const auto ju = static_cast<std::size_t>(j);
+            if (counts.send_counts[ju] == 0) continue;
+            const Box& box = send_boxes[ju];
+            BoxEnds packed{&to, Shape(box.length, box.length + to.rank),
+                           Shape(box.start, box.start + to.rank)};
+            copy_box(in.data(), send + counts.send_displs[ju],
+                     box_copy(box, from, mine_from, to, packed));
+          }
+        },
+        [&](const T* recv) {
+          for (int j = 0; j < k; ++j) {
+            const auto ju = static_cast<std::size_t>(j);
+            if (counts.recv_counts[ju] == 0) continue;
+            const Box& box = recv_boxes[ju];
+            BoxEnds packed{&to, Shape(box.length, box.length + to.rank),
+                           Shape(box.start, box.start + to.rank)};
+            copy_box(recv + counts.recv_displs[ju], out.data(),
+                     box_copy(box, to, packed, to, mine_to));
+          }
+        });
     return out;
   }
 

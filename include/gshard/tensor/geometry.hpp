@@ -75,24 +75,10 @@ inline std::int64_t product(const Shape& s) {
   return p;
 }
 
-/// "G:data S M +expert" written back with the mesh's axis names.
+/// "G:data S M +expert" written back with the mesh's axis names (core/layout.hpp).
 template <std::size_t N>
 std::string layout_string(const Layout& layout, const std::array<std::string_view, N>& axes) {
-  std::string s;
-  for (int d = 0; d < layout.rank; ++d) {
-    if (d) s += ' ';
-    s += layout.dims[d].label;
-    for (int i = 0; i < layout.dims[d].axis_count; ++i) {
-      s += i ? "*" : ":";
-      s += axes[static_cast<std::size_t>(layout.dims[d].axes[i])];
-    }
-  }
-  for (int i = 0; i < layout.partial_count; ++i) {
-    if (!s.empty()) s += ' ';
-    s += "+";
-    s += axes[static_cast<std::size_t>(layout.partial[i])];
-  }
-  return s;
+  return format_layout(layout, axes);
 }
 
 inline std::string shape_string(const Shape& shape) {

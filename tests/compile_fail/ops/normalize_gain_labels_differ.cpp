@@ -1,6 +1,6 @@
 // expect-error: gain_or_bias_labels_differ_from_the_label<gshard::literal<9>{"rms_norm"}, gshard::literal<2>{"S"}, gshard::literal<4>{"B S"}>
-// A gain with more labels than the normalised one (broadcasting a gain over other labels is not a
-// normalisation parameter).
+// A gain with more labels than the normalized one (broadcasting a gain over other labels is not a
+// normalization parameter).
 #include <gshard/gshard.hpp>
 #include <gshard/ops/normalize.hpp>
 

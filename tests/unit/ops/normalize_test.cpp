@@ -1,4 +1,4 @@
-// Normalisations (ops/normalize.hpp): random softmax, log_softmax, layer_norm and rms_norm cases
+// Normalizations (ops/normalize.hpp): random softmax, log_softmax, layer_norm and rms_norm cases
 // (with and without gain and bias of their own random layouts) through the run-time engine
 // (gshard::detail::normalize_runtime) against a naive single-rank loop, on every listed mesh
 // shape, the label split or replicated, inputs partial, sizes uneven; the communication of every
@@ -295,7 +295,7 @@ constexpr int total_random_cases = 400;
 
 }  // namespace
 
-TEST_CASE("normalisations (run-time engine): random kinds, layouts, gains and meshes vs naive") {
+TEST_CASE("normalizations (run-time engine): random kinds, layouts, gains and meshes vs naive") {
   const int n = world_size();
   const gshard::test::TestMeshes test_meshes(n);
   const std::vector<MeshUnderTest>& meshes = test_meshes.all;
@@ -327,7 +327,7 @@ TEST_CASE("normalisations (run-time engine): random kinds, layouts, gains and me
     }
   }
   if (world_rank() == 0)
-    MESSAGE(cases << " random normalisations over " << meshes.size() << " meshes: " << split_label
+    MESSAGE(cases << " random normalizations over " << meshes.size() << " meshes: " << split_label
                   << " over a split label (" << uneven << " of them uneven), " << partial_in
                   << " with partial inputs, " << with_gain << " with a gain");
   CHECK(cases >= 400);
@@ -357,7 +357,7 @@ void check_typed(const R& r, const std::vector<double>& want, const std::string&
 
 }  // namespace
 
-TEST_CASE("normalisations, typed: specs, values, exact AllReduces over a split label") {
+TEST_CASE("normalizations, typed: specs, values, exact AllReduces over a split label") {
   const int n = world_size();
   for (int ax = 1; ax <= n; ++ax) {
     if (n % ax != 0) continue;
@@ -454,7 +454,7 @@ TEST_CASE("normalisations, typed: specs, values, exact AllReduces over a split l
   }
 }
 
-TEST_CASE("normalisations: run-time mistakes throw gshard::Error on every rank") {
+TEST_CASE("normalizations: run-time mistakes throw gshard::Error on every rank") {
   const int n = world_size();
   const M mesh(MPI_COMM_WORLD, {1, n});
   using X = gshard::Sharded<double, M, "I J:y">;
