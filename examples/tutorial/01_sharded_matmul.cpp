@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
   // [partial]
   using Xm = gs::Sharded<float, Mesh, "B:data M:model">;  // now the contracted M is split
   using Wm = gs::Sharded<float, Mesh, "M:model H">;
-  const Xm xm = x;  // moves no data (each rank slices its part of M): implicit
+  const Xm xm = x;                     // moves no data (each rank slices its part of M): implicit
   const auto wm = gs::reshard<Wm>(w);  // an AllToAll over "model": written out
   const auto partial = gs::einsum<"BM,MH->BH">(xm, wm);
   if (mesh.rank() == 0) std::printf("%s", gs::explain(partial).c_str());

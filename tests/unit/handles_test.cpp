@@ -138,8 +138,7 @@ TEST_CASE("in-place updates: a stale expression throws on every rank, old values
     CHECK(alias.version() == 1);
 
     const std::string expected = "updated in place";
-    const std::string text =
-        gs::test::same_error_everywhere([&] { const W z = never; }, expected);
+    const std::string text = gs::test::same_error_everywhere([&] { const W z = never; }, expected);
     CHECK(text.find("Sgd at " + site(line_step)) != std::string::npos);
     gs::test::same_error_everywhere([&] { const W z = early; }, expected);
     gs::test::same_error_everywhere([&] { (void)early.to_global(); }, expected);

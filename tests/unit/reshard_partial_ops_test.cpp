@@ -64,9 +64,11 @@ TEST_CASE("reshard: partial max and min finish to the elementwise max and min") 
     CHECK(p.to_global() == want);
     const auto replicated = gs::reshard<gs::Sharded<double, Mesh, "G S">>(p);  // AllReduce(max/min)
     CHECK(replicated.to_global() == want);
-    const auto split = gs::reshard<gs::Sharded<double, Mesh, "G:x S:y">>(p);  // ReduceScatter or AllReduce
+    const auto split =
+        gs::reshard<gs::Sharded<double, Mesh, "G:x S:y">>(p);  // ReduceScatter or AllReduce
     CHECK(split.to_global() == want);
-    const auto moved = gs::reshard<gs::Sharded<double, Mesh, "S:y G">>(p);  // other order, other split
+    const auto moved =
+        gs::reshard<gs::Sharded<double, Mesh, "S:y G">>(p);  // other order, other split
     std::vector<double> transposed(want.size());
     const auto moved_global = moved.to_global();
     for (std::int64_t g = 0; g < 5; ++g)

@@ -384,8 +384,12 @@ class Map {
  private:
   struct State : detail::NodeState<value_type> {
     State(std::source_location w, Op o, stored k)
-        : detail::NodeState<value_type>{
-              w, {}, {}, std::apply([](const auto&... x) { return detail::reads_of(x...); }, k)},
+        : detail::NodeState<value_type>{w,
+                                        {},
+                                        {},
+                                        std::apply(
+                                            [](const auto&... x) { return detail::reads_of(x...); },
+                                            k)},
           op(o),
           kids(std::move(k)) {}
     Op op;

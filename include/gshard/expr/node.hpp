@@ -17,7 +17,6 @@
 
 namespace gshard {
 
-
 namespace detail {
 
 template <class MeshT, Layout L>
@@ -119,7 +118,6 @@ inline std::string layout_text(const Layout& l, const std::vector<std::string>& 
   return format_layout(l, names);
 }
 
-
 /// A Sharded of type R holding the run-time value `r` (its shard, partial op and autodiff node).
 template <class R, class MeshT, class T>
 R sharded_from(const MeshT& mesh, const RuntimeTensor<T>& r) {
@@ -206,8 +204,7 @@ template <class MeshT, Layout From, Layout To>
 constexpr bool strict_evaluation_check() {
   if constexpr (strict_mode && !no_communication(From, To)) {
     return sizeof(strict_error::evaluation_into_layout_communicates<
-                  detail::shown<spec_of<MeshT, From>()>, detail::shown<spec_of<MeshT, To>()>>) ==
-           0;
+                  detail::shown<spec_of<MeshT, From>()>, detail::shown<spec_of<MeshT, To>()>>) == 0;
   } else {
     return true;
   }

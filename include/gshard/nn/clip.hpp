@@ -21,9 +21,9 @@
 
 #include "../comm/collectives.hpp"
 #include "../core/error.hpp"
-#include "diagnostics.hpp"
 #include "../spmd/plan.hpp"
 #include "../tensor/sharded.hpp"
+#include "diagnostics.hpp"
 
 namespace gshard::nn {
 
@@ -101,8 +101,10 @@ void check_clip_operand() {
     static_assert(sizeof(nn_error::needs_sharded_tensor<shown<fixed_string("global_norm")>, G>) ==
                   0);
   } else if constexpr (!std::is_floating_point_v<typename G::value_type>) {
-    static_assert(sizeof(nn_error::needs_floating_point<shown<fixed_string("global_norm")>,
-                                                        shown<G::spec>>) == 0);
+    static_assert(
+        sizeof(
+            nn_error::needs_floating_point<shown<fixed_string("global_norm")>, shown<G::spec>>) ==
+        0);
   } else if constexpr (G::layout.partial_count != 0) {
     static_assert(
         sizeof(nn_error::holds_partial_sums<shown<fixed_string("global_norm")>, shown<G::spec>>) ==

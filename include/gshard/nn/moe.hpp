@@ -21,7 +21,6 @@
 
 #include "../autodiff/graph.hpp"
 #include "../core/error.hpp"
-#include "diagnostics.hpp"
 #include "../ops/einsum.hpp"
 #include "../ops/elementwise.hpp"
 #include "../ops/index.hpp"
@@ -32,6 +31,7 @@
 #include "../spmd/reshard.hpp"
 #include "../tensor/creation.hpp"
 #include "../tensor/sharded.hpp"
+#include "diagnostics.hpp"
 
 namespace gshard::nn {
 

@@ -206,8 +206,12 @@ class EinsumExpr {
  private:
   struct State : detail::NodeState<value_type> {
     State(std::source_location w, Operands o)
-        : detail::NodeState<value_type>{
-              w, {}, {}, std::apply([](const auto&... x) { return detail::reads_of(x...); }, o)},
+        : detail::NodeState<value_type>{w,
+                                        {},
+                                        {},
+                                        std::apply(
+                                            [](const auto&... x) { return detail::reads_of(x...); },
+                                            o)},
           operands(std::move(o)) {}
     Operands operands;
   };

@@ -169,11 +169,12 @@ class Sharded {
               std::source_location where = std::source_location::current())
       : Sharded(other.mesh(), {}, where) {
     if constexpr (!detail::same_label_set(Sharded<T, MeshT, OtherSpec>::layout, layout)) {
-      static_assert(sizeof(layout_error::labels_differ_between_layouts<
-                           detail::shown<OtherSpec>, detail::shown<Spec>>) == 0);
+      static_assert(sizeof(layout_error::labels_differ_between_layouts<detail::shown<OtherSpec>,
+                                                                       detail::shown<Spec>>) == 0);
     } else {
-      static_assert(sizeof(layout_error::conversion_communicates_write_reshard<
-                           detail::shown<OtherSpec>, detail::shown<Spec>>) == 0);
+      static_assert(
+          sizeof(layout_error::conversion_communicates_write_reshard<detail::shown<OtherSpec>,
+                                                                     detail::shown<Spec>>) == 0);
     }
   }
 
@@ -281,7 +282,8 @@ class Sharded {
       int root = 0, std::source_location where = std::source_location::current()) const {
     const detail::UserSite site(where, "gather_to_root");
     if (root < 0 || root >= mesh_.size())
-      throw Error("gather_to_root", "root " + std::to_string(root) + " is not a rank of the mesh (" +
+      throw Error("gather_to_root", "root " + std::to_string(root) +
+                                        " is not a rank of the mesh (" +
                                         std::to_string(mesh_.size()) + " ranks)");
     return assemble(root);
   }
@@ -304,8 +306,9 @@ class Sharded {
   template <fixed_string OtherSpec>
   static Sharded annotated(const Sharded<T, MeshT, OtherSpec>& fresh, std::source_location where) {
     if constexpr (strict_mode) {
-      static_assert(sizeof(strict_error::evaluation_into_layout_communicates<
-                           detail::shown<OtherSpec>, detail::shown<Spec>>) == 0);
+      static_assert(
+          sizeof(strict_error::evaluation_into_layout_communicates<detail::shown<OtherSpec>,
+                                                                   detail::shown<Spec>>) == 0);
     }
     const detail::UserSite site(where, "Sharded");
     return reshard<Sharded>(fresh, where);

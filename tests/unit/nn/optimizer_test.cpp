@@ -20,6 +20,7 @@
 
 #include "mpi_test.hpp"
 // Included after mpi_test.hpp, as every library header.
+#include <gshard/io/safetensors.hpp>
 #include <gshard/nn/clip.hpp>
 #include <gshard/nn/optimizers.hpp>
 #include <gshard/nn/schedules.hpp>
