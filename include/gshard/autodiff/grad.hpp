@@ -42,8 +42,12 @@ inline Layout cotangent_layout(const GradNode& n, const Layout& g) {
 inline std::string node_text(const GradNode& n) {
   std::string s = n.op;
   if (n.where.line() != 0) s += " at " + where_string(n.where);
-  return s + " (\"" + layout_text(n.layout, n.axis_names) + "\", global shape " +
-         shape_string(n.shape) + ")";
+  s += " (";
+  s += quoted_layout(n.layout, n.axis_names);
+  s += ", global shape ";
+  s += shape_string(n.shape);
+  s += ')';
+  return s;
 }
 
 /// `g` brought to `need` (the same labels) with the reshard engine.

@@ -118,6 +118,15 @@ inline std::string layout_text(const Layout& l, const std::vector<std::string>& 
   return format_layout(l, names);
 }
 
+/// The layout in double quotes. Built by appending: GCC 12's -Wrestrict misfires on
+/// `"literal" + std::string&&` once the printer is inlined (an -O2 -Werror build fails).
+inline std::string quoted_layout(const Layout& l, const std::vector<std::string>& names) {
+  std::string s = "\"";
+  s += format_layout(l, names);
+  s += '"';
+  return s;
+}
+
 /// A Sharded of type R holding the run-time value `r` (its shard, partial op and autodiff node).
 template <class R, class MeshT, class T>
 R sharded_from(const MeshT& mesh, const RuntimeTensor<T>& r) {

@@ -400,8 +400,12 @@ void all_reduce_axes(const Kokkos::View<T*>& v, ReduceOp op, const MeshState& me
 inline std::string describe_input(const Layout& l, const Shape& shape,
                                   const std::vector<std::string>& axis_names,
                                   const char* what = "input") {
-  return std::string(what) + " \"" + layout_text(l, axis_names) + "\" of global shape " +
-         shape_string(shape);
+  std::string s = what;
+  s += ' ';
+  s += quoted_layout(l, axis_names);
+  s += " of global shape ";
+  s += shape_string(shape);
+  return s;
 }
 
 /// Run-time checks every rank makes alike (they depend on layouts and shapes only).

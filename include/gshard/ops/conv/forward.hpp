@@ -17,8 +17,13 @@ namespace detail {
 
 inline std::string conv_operand_text(const char* what, const Layout& l, const Shape& shape,
                                      const std::vector<std::string>& names) {
-  return std::string(what) + " \"" + layout_text(l, names) + "\" (global shape " +
-         shape_string(shape) + ")";
+  std::string s = what;
+  s += ' ';
+  s += quoted_layout(l, names);
+  s += " (global shape ";
+  s += shape_string(shape);
+  s += ')';
+  return s;
 }
 
 /// Output size of one window, or an Error naming the op, the label and the input.

@@ -22,7 +22,10 @@ namespace index_ops {
 
 inline std::string describe(const Layout& l, const Shape& shape,
                             const std::vector<std::string>& names) {
-  return "\"" + layout_text(l, names) + "\" of shape " + shape_string(shape);
+  std::string s = quoted_layout(l, names);
+  s += " of shape ";
+  s += shape_string(shape);
+  return s;
 }
 
 /// `t` in layout `need` (same labels): resharded when the layouts differ.

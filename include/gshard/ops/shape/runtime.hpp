@@ -20,10 +20,6 @@
 namespace gshard {
 namespace detail {
 
-inline std::string quoted_layout(const Layout& l, const std::vector<std::string>& names) {
-  return "\"" + layout_text(l, names) + "\"";
-}
-
 /// `t` in layout `need` (the planner's reshard; nothing when it is already there).
 template <class T>
 RuntimeTensor<T> shape_bring(const RuntimeTensor<T>& t, const Layout& need, const MeshState& mesh,
