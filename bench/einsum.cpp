@@ -268,7 +268,7 @@ std::vector<Case> cases() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  gshard::Environment env(argc, argv);
+  gshard::Environment env(argc, argv, {.tune_malloc = true});  // owns its process
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (size != 1) {

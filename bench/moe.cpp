@@ -129,7 +129,7 @@ double gemm_gflops(std::int64_t rows, std::int64_t m, std::int64_t h, int reps) 
 }  // namespace
 
 int main(int argc, char** argv) {
-  gs::Environment env(argc, argv);
+  gs::Environment env(argc, argv, {.tune_malloc = true});  // owns its process
   int rank = 0, ranks = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);

@@ -37,11 +37,11 @@ inline double median(std::vector<double> v) {
 inline double moe_step(X& x, Wg& wg, Wi& wi, Wo& wo, const X& r, const gs::nn::MoeOptions& o) {
   MPI_Barrier(MPI_COMM_WORLD);
   const double t0 = now();
-  gs::track(x, wg, wi, wo);
+  gs::track(std::tie(x, wg, wi, wo));
   const auto out = gs::nn::moe(x, wg, wi, wo, o);
   const auto loss = gs::sum<"GSM">(out.output * r) + out.aux_loss;
-  auto g = gs::grad(loss, x, wg, wi, wo);
-  gs::untrack(x, wg, wi, wo);
+  auto g = gs::grad(loss, std::tie(x, wg, wi, wo));
+  gs::untrack(std::tie(x, wg, wi, wo));
   // Touch the gradients so nothing is left unevaluated.
   volatile float sink = std::get<0>(g).local_size() > 0 ? 0.0f : 1.0f;
   (void)sink;

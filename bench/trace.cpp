@@ -38,7 +38,7 @@ int arg(int argc, char** argv, const std::string& name, int fallback) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  gs::Environment env(argc, argv);
+  gs::Environment env(argc, argv, {.tune_malloc = true});  // owns its process
   int rank = 0, ranks = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);

@@ -235,8 +235,8 @@ int run(int argc, char** argv, int rank, std::chrono::steady_clock::time_point s
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto start = std::chrono::steady_clock::now();  // the time limit counts start-up too
-  gshard::Environment env(argc, argv);
+  const auto start = std::chrono::steady_clock::now();         // the time limit counts start-up too
+  gshard::Environment env(argc, argv, {.tune_malloc = true});  // owns its process
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   try {

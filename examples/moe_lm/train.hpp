@@ -112,10 +112,10 @@ class Trainer {
         sample_batch(corpus, Split::train, options_.seed, step, options_.batch, options_.context);
     const auto [x, y] = tensors(b);
     auto params = model_.params();
-    std::apply([](auto&... p) { gshard::track(p...); }, params);
+    gshard::track(params);
     const auto l = model_.loss(x, y, static_cast<std::uint64_t>(step));
-    auto g = std::apply([&](auto&... p) { return gshard::grad(l.total, p...); }, params);
-    std::apply([](auto&... p) { gshard::untrack(p...); }, params);
+    auto g = gshard::grad(l.total, params);
+    gshard::untrack(params);
     auto grads = std::apply([](auto&... gi) { return std::tie(gi...); }, g);
     StepStats s;
     s.grad_norm = gshard::nn::clip_by_global_norm(grads, 1.0);

@@ -60,12 +60,12 @@ int main(int argc, char** argv) {
   gs::nn::AdamW optimizer(gs::nn::AdamWOptions{.learning_rate = 1e-2});
   auto train_step = [&](std::uint64_t step) {
     const auto [x, y] = batch(step);
-    gs::track(wg, wi, wo, wr);
+    gs::track(std::tie(wg, wi, wo, wr));
     const auto d = forward(x, step) - y;
     const auto loss = gs::mean<"GSN">(d * d);  // a scalar, pending over G's axes: no collective
     static_assert(decltype(loss)::spec_string() == "+data +expert");
-    auto [gg, gi, go, gr] = gs::grad(loss, wg, wi, wo, wr);
-    gs::untrack(wg, wi, wo, wr);
+    auto [gg, gi, go, gr] = gs::grad(loss, std::tie(wg, wi, wo, wr));
+    gs::untrack(std::tie(wg, wi, wo, wr));
     gs::nn::clip_by_global_norm(std::tie(gg, gi, go, gr), 1.0);
     optimizer.step(std::tie(wg, wi, wo, wr), std::tie(gg, gi, go, gr));
     return double(loss.to_global()[0]);

@@ -2,7 +2,6 @@
 // The umbrella header: users include this and nothing else.
 #include "autodiff/checkpoint.hpp"
 #include "autodiff/grad.hpp"
-#include "autodiff/graph.hpp"
 #include "comm/collectives.hpp"
 #include "comm/counters.hpp"
 #include "core/diagnostics.hpp"
@@ -19,7 +18,6 @@
 #include "io/format.hpp"
 #include "io/npy.hpp"
 #include "io/safetensors.hpp"
-#include "io/trace.hpp"
 #include "kernels/flops.hpp"
 #include "kernels/memory.hpp"
 #include "mesh/environment.hpp"
@@ -43,5 +41,7 @@
 #include "spmd/reshard.hpp"
 #include "tensor/creation.hpp"
 #include "tensor/geometry.hpp"
+#include "tensor/graph.hpp"
 #include "tensor/sharded.hpp"
+#include "trace/timeline.hpp"
 #include "version.hpp"

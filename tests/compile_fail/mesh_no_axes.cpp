@@ -1,4 +1,4 @@
-// expect-error: gshard::Mesh: give 1 to 4 axis names
+// expect-error: mesh_needs_1_to_4_axes<0>
 // A mesh with no axes.
 #include <gshard/gshard.hpp>
 

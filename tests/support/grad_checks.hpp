@@ -38,9 +38,9 @@ X make(const typename X::mesh_type& mesh, const gshard::Shape& shape, unsigned s
 // gshard::grad: returns the relative error ||g - fd|| / ||fd|| over all inputs.
 template <class F, class... X>
 double fd_relative_error(F loss_of, X... xs) {
-  gshard::track(xs...);
+  gshard::track(std::tie(xs...));
   const auto loss = loss_of(xs...);
-  const auto grads = gshard::grad(loss, xs...);
+  const auto grads = gshard::grad(loss, std::tie(xs...));
   gshard::NoGrad off;
   const std::tuple<X...> base(xs...);
   double diff2 = 0, norm2 = 0;

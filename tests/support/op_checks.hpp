@@ -63,10 +63,10 @@ struct TestMeshes {
     for (const auto& s : shapes) {
       if (s.size() == 2) {
         m2.emplace_back(MPI_COMM_WORLD, std::initializer_list<int>{s[0], s[1]});
-        all.push_back({s, {"x", "y"}, &m2.back().state()});
+        all.push_back({s, {"x", "y"}, &gshard::detail::mesh_state(m2.back())});
       } else {
         m3.emplace_back(MPI_COMM_WORLD, std::initializer_list<int>{s[0], s[1], s[2]});
-        all.push_back({s, {"x", "y", "z"}, &m3.back().state()});
+        all.push_back({s, {"x", "y", "z"}, &gshard::detail::mesh_state(m3.back())});
       }
     }
   }

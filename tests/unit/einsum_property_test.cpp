@@ -652,7 +652,8 @@ TEST_CASE("einsum with label sizes that disagree throws gshard::Error on every r
   const auto ry = gshard::detail::runtime_tensor(y);
   threw = 0;
   try {
-    (void)gshard::detail::einsum_runtime<double>("BK,BKJ->BJ", p.spec, mesh.state(),
+    (void)gshard::detail::einsum_runtime<double>("BK,BKJ->BJ", p.spec,
+                                                 gshard::detail::mesh_state(mesh),
                                                  gshard::detail::axis_name_list<M>(), rx, &ry);
   } catch (const gshard::Error& e) {
     threw = 1;

@@ -8,6 +8,7 @@
 #endif
 
 #include "mpi_test.hpp"
+#include "user/gshard/nn/model.hpp"
 
 TEST_CASE("Environment: MPI and Kokkos are up inside the test main") {
   int initialized = 0;
@@ -63,10 +64,31 @@ TEST_CASE("Error: names the user's source line, never the library's") {
   CHECK(what.ends_with("(at environment_test.cpp:" + std::to_string(line) + ")"));
   // No site outside a call, and a library header's line never counts.
   CHECK(std::string(gshard::Error("op", "text").what()) == "gshard::op: text");
-  CHECK(gshard::detail::library_file("/usr/include/gshard/ops/einsum.hpp"));
-  CHECK(gshard::detail::library_file("/a/b/include/gshard/tensor/../core/error.hpp"));
-  CHECK_FALSE(gshard::detail::library_file("/home/u/gshard/examples/moe_lm/train.hpp"));
+  // The library is the folder its headers were included from, compared exactly: the same path
+  // spelled through "..", yes; another gshard/ folder (a user's gshard/nn/, another copy), no.
+  const std::string root = gshard::detail::library_root();
+  REQUIRE(root.ends_with("/include/gshard/"));
+  CHECK(gshard::detail::library_file(root + "ops/einsum.hpp"));
+  CHECK(gshard::detail::library_file(root + "tensor/../core/error.hpp"));
+  CHECK(gshard::detail::library_file(root + "nn/./../ops/shape/../index.hpp"));
+  CHECK_FALSE(gshard::detail::library_file(root + "../../examples/moe_lm/train.hpp"));
+  CHECK_FALSE(gshard::detail::library_file("/home/u/gshard/nn/model.hpp"));
+  CHECK_FALSE(gshard::detail::library_file("/nonexistent/include/gshard/ops/einsum.hpp"));
   CHECK_FALSE(gshard::detail::library_file("/home/u/src/model.cpp"));
+  CHECK(gshard::detail::lexically_normal("/a/b/../c/./d") == "/a/c/d");
+  CHECK(gshard::detail::lexically_normal("../a/../../b") == "../../b");
+  CHECK(gshard::detail::lexically_normal("a/b/..") == "a/");
+  // A user's file in a folder named gshard/nn/ is the user's: its line is the one errors name.
+  {
+    std::string nested;
+    try {
+      user_model::make_bad_mesh(gshard::test::world_size());
+    } catch (const gshard::Error& e) {
+      nested = e.what();
+    }
+    INFO("message: " << nested);
+    CHECK(nested.ends_with("(at model.hpp:" + std::to_string(user_model::bad_mesh_line) + ")"));
+  }
   // An error inside a nested public call names the outer (user's) line: an einsum whose labels
   // disagree is evaluated inside the Sharded conversion, both entry points.
   using M = gshard::Mesh<"x">;
@@ -87,18 +109,31 @@ TEST_CASE("Error: names the user's source line, never the library's") {
 
 // Under AddressSanitizer its allocator replaces glibc's: nothing to tune.
 #if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__)
-TEST_CASE("Environment: large blocks come from the heap, not fresh mmap'd pages") {
-  // glibc would mmap a 64 MiB block (above its 32 MiB ceiling for the mmap threshold): mallinfo2
-  // counts such blocks in hblks. Unless GSHARD_MALLOC_TUNING=0, the Environment turned that off.
-  gshard::Environment inner;
-  const char* setting = std::getenv("GSHARD_MALLOC_TUNING");
-  const bool opted_out = setting != nullptr && std::string(setting) == "0";
-  CHECK(inner.malloc_tuned() == !opted_out);
+namespace {
+/// Whether glibc serves a 64 MiB block with mmap (above its 32 MiB ceiling for the mmap
+/// threshold): mallinfo2 counts such blocks in hblks.
+bool large_block_mmapped() {
   const auto before = mallinfo2().hblks;
   void* block = std::malloc(std::size_t{64} << 20);
   REQUIRE(block != nullptr);
   const auto during = mallinfo2().hblks;
   std::free(block);
-  CHECK(during == before + (opted_out ? 1 : 0));
+  return during == before + 1;
+}
+}  // namespace
+
+TEST_CASE("Environment: malloc is left alone unless the application asks") {
+  // The same order as the cases below run in: untuned first (tuning lasts for the process).
+  const char* setting = std::getenv("GSHARD_MALLOC_TUNING");
+  const bool forced_on = setting != nullptr && std::string(setting) == "1";
+  const bool forced_off = setting != nullptr && std::string(setting) == "0";
+  {
+    gshard::Environment plain;
+    CHECK(plain.malloc_tuned() == forced_on);
+    CHECK(large_block_mmapped() == !forced_on);
+  }
+  gshard::Environment asked({.tune_malloc = true});
+  CHECK(asked.malloc_tuned() == !forced_off);
+  CHECK(large_block_mmapped() == forced_off);
 }
 #endif

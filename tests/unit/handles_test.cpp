@@ -17,9 +17,9 @@
 
 #include <gshard/comm/counters.hpp>
 #include <gshard/expr/explain.hpp>
-#include <gshard/io/trace.hpp>
 #include <gshard/nn/clip.hpp>
 #include <gshard/nn/optimizers.hpp>
+#include <gshard/trace/timeline.hpp>
 
 namespace {
 

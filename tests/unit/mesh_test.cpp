@@ -87,12 +87,14 @@ void check_mesh(const M& mesh, MPI_Comm comm, const std::vector<int>& sizes) {
     CHECK(mesh.sizes()[static_cast<std::size_t>(a)] == sizes[static_cast<std::size_t>(a)]);
     CHECK(mesh.coordinates()[static_cast<std::size_t>(a)] == mine[static_cast<std::size_t>(a)]);
     CHECK(mesh.coordinate(a) == mine[static_cast<std::size_t>(a)]);
-    CHECK(mesh.state().coords[static_cast<std::size_t>(a)] == mine[static_cast<std::size_t>(a)]);
-    CHECK(mesh.state().sizes[static_cast<std::size_t>(a)] == sizes[static_cast<std::size_t>(a)]);
+    CHECK(gshard::detail::mesh_state(mesh).coords[static_cast<std::size_t>(a)] ==
+          mine[static_cast<std::size_t>(a)]);
+    CHECK(gshard::detail::mesh_state(mesh).sizes[static_cast<std::size_t>(a)] ==
+          sizes[static_cast<std::size_t>(a)]);
   }
-  CHECK(mesh.state().rank == comm_rank);
-  CHECK(mesh.state().size == comm_size);
-  CHECK(mesh.state().axis_count == n);
+  CHECK(gshard::detail::mesh_state(mesh).rank == comm_rank);
+  CHECK(gshard::detail::mesh_state(mesh).size == comm_size);
+  CHECK(gshard::detail::mesh_state(mesh).axis_count == n);
 
   // Every rank's coordinates, and the round trip.
   for (int r = 0; r < comm_size; ++r) {
@@ -233,7 +235,7 @@ TEST_CASE("Mesh: copies are handles to the same communicators") {
   const gshard::Mesh<"x", "y"> a(MPI_COMM_WORLD, {n, 1});
   const gshard::Mesh<"x", "y"> b = a;  // NOLINT: the copy is the point
   CHECK(a.comm() == b.comm());
-  CHECK(&a.state() == &b.state());
+  CHECK(&gshard::detail::mesh_state(a) == &gshard::detail::mesh_state(b));
   for (unsigned m = 0; m < 4; ++m) CHECK(a.group(m) == b.group(m));
   // Two meshes built separately have communicators of their own.
   const gshard::Mesh<"x", "y"> c(MPI_COMM_WORLD, {n, 1});

@@ -490,13 +490,13 @@ TEST_CASE("reshard (run-time engine): random layouts, shapes and meshes, checked
   for (const auto& s : shapes) {
     if (s.size() == 2) {
       meshes2.emplace_back(MPI_COMM_WORLD, std::initializer_list<int>{s[0], s[1]});
-      meshes.push_back({s, {"x", "y"}, &meshes2.back().state()});
+      meshes.push_back({s, {"x", "y"}, &gshard::detail::mesh_state(meshes2.back())});
     } else if (s.size() == 3) {
       meshes3.emplace_back(MPI_COMM_WORLD, std::initializer_list<int>{s[0], s[1], s[2]});
-      meshes.push_back({s, {"x", "y", "z"}, &meshes3.back().state()});
+      meshes.push_back({s, {"x", "y", "z"}, &gshard::detail::mesh_state(meshes3.back())});
     } else {
       meshes4.emplace_back(MPI_COMM_WORLD, std::initializer_list<int>{s[0], s[1], s[2], s[3]});
-      meshes.push_back({s, {"x", "y", "z", "w"}, &meshes4.back().state()});
+      meshes.push_back({s, {"x", "y", "z", "w"}, &gshard::detail::mesh_state(meshes4.back())});
     }
   }
   const int per_mesh =
@@ -604,7 +604,7 @@ void typed_case(const gshard::Mesh<"x", "y">& mesh, const std::vector<int>& size
     r.same_storage = y.local_view().data() == storage;
   }
   r.source_global = x.to_global();
-  check_typed(c, what, r, global, expect, mesh.state());
+  check_typed(c, what, r, global, expect, gshard::detail::mesh_state(mesh));
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 #pragma once
-// The backward driver: gshard::track marks parameters, gshard::grad(loss, params...) walks the
-// recorded graph from the loss in reverse creation order and returns one gradient per parameter,
-// in the parameter's own layout type.
+// The backward driver: gshard::track marks parameters, gshard::grad(loss, std::tie(params...))
+// walks the recorded graph from the loss in reverse creation order and returns one gradient per
+// parameter, in the parameter's own layout type.
 //
 // Cotangents flow in whatever layout the backward of each op produced them; before a node's
 // backward runs, its accumulated cotangent is brought to the node's layout by the reshard
@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <source_location>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -21,9 +22,65 @@
 #include <vector>
 
 #include "../expr/node.hpp"
-#include "graph.hpp"
+#include "../tensor/graph.hpp"
 
 namespace gshard {
+
+namespace autodiff_error {
+template <class>
+inline constexpr bool always_false = false;
+template <auto Op, class Parameter>
+struct parameter_must_be_a_float_or_double_tensor {
+  static_assert(always_false<parameter_must_be_a_float_or_double_tensor>,
+                "gshard autodiff: parameters are Sharded tensors of float or double (the call, "
+                "the type given)");
+};
+template <auto Op>
+struct no_parameters {
+  static_assert(always_false<no_parameters>,
+                "gshard autodiff: name the tensors to differentiate (or the block's inputs)");
+};
+template <auto LossSpec, class Element>
+struct loss_must_be_floating_point {
+  static_assert(always_false<loss_must_be_floating_point>,
+                "gshard::grad: the loss must hold float or double (its spec, its element type)");
+};
+template <class Input>
+struct checkpoint_input_must_be_a_tensor {
+  static_assert(always_false<checkpoint_input_must_be_a_tensor>,
+                "gshard::checkpoint: the block's inputs are Sharded tensors (the type given)");
+};
+template <class Returned>
+struct checkpoint_block_must_return_one_tensor {
+  static_assert(always_false<checkpoint_block_must_return_one_tensor>,
+                "gshard::checkpoint: the block must return one tensor or expression (what it "
+                "returned)");
+};
+}  // namespace autodiff_error
+
+namespace detail {
+template <class P>
+constexpr bool trackable_v = false;
+template <class T, class MeshT, fixed_string Spec>
+constexpr bool trackable_v<Sharded<T, MeshT, Spec>> = differentiable_v<T>;
+
+/// True when every P is a float/double Sharded and there is at least one; otherwise the named
+/// diagnostic for the first that is not.
+template <fixed_string Op, class... P>
+constexpr bool check_parameters() {
+  if constexpr (sizeof...(P) == 0) {
+    return sizeof(autodiff_error::no_parameters<shown<Op>>) == 0;
+  } else {
+    return ([] {
+      if constexpr (trackable_v<std::remove_cvref_t<P>>)
+        return true;
+      else
+        return sizeof(autodiff_error::parameter_must_be_a_float_or_double_tensor<
+                      shown<Op>, std::remove_cvref_t<P>>) == 0;
+    }() && ...);
+  }
+}
+}  // namespace detail
 
 namespace detail {
 
@@ -222,11 +279,6 @@ inline std::vector<std::optional<AnyTensor>> backprop(const std::shared_ptr<Grad
   return result;
 }
 
-template <class P>
-constexpr bool trackable_v = false;
-template <class T, class MeshT, fixed_string Spec>
-constexpr bool trackable_v<Sharded<T, MeshT, Spec>> = differentiable_v<T>;
-
 /// The seed of a backward pass: ones in the loss's layout without partials.
 template <class L>
 AnyTensor seed_of(const L& loss) {
@@ -250,60 +302,87 @@ P gradient_of(const P& p, const std::optional<AnyTensor>& g) {
 
 }  // namespace detail
 
+namespace detail {
+
+/// Makes `p` a parameter: a fresh leaf node, created at the user's line `where`.
+template <class P>
+void track_one(P& p, std::source_location where) {
+  static_assert(check_parameters<"track", P>());
+  auto n = make_node<typename P::value_type>(p.mesh(), "parameter", where, P::layout, p.shape());
+  n->is_leaf = true;
+  set_grad_node(p, std::move(n));
+}
+
+}  // namespace detail
+
+// Several tensors go in as one std::tuple of references (std::tie(a, b)), as everywhere in the
+// library (optimizer steps, clipping); one tensor may also go in bare.
+
 /// Marks tensors as parameters: gradients flow to them from every op that uses them after this
 /// call (and from copies made after it). Each gets a fresh leaf node.
 template <class... P>
-void track(P&... params) {
-  static_assert((detail::trackable_v<P> && ...),
-                "gshard::track: parameters must be Sharded tensors of float or double");
-  auto one = [](auto& p) {
-    using Q = std::decay_t<decltype(p)>;
-    auto n = detail::make_node<typename Q::value_type>(
-        p.mesh(), "parameter", std::source_location{}, Q::layout, p.shape());
-    n->is_leaf = true;
-    detail::set_grad_node(p, std::move(n));
-  };
-  (one(params), ...);
+void track(std::tuple<P&...> params, std::source_location where = std::source_location::current()) {
+  const detail::UserSite site(where);
+  std::apply([&](auto&... p) { (detail::track_one(p, where), ...); }, params);
+}
+template <ShardedTensor P>
+void track(P& param, std::source_location where = std::source_location::current()) {
+  track(std::tie(param), where);
 }
 
 /// Stops tracking: the tensors become plain values again.
 template <class... P>
-void untrack(P&... params) {
-  (detail::set_grad_node(params, nullptr), ...);
+void untrack(std::tuple<P&...> params) {
+  std::apply([](auto&... p) { (detail::set_grad_node(p, nullptr), ...); }, params);
+}
+template <ShardedTensor P>
+void untrack(P& param) {
+  untrack(std::tie(param));
 }
 
 /// The gradient of a scalar loss (rank 0, or a value summed over all its elements) with respect
-/// to each parameter, each in its parameter's type and layout. Collective over the mesh. Uses the
-/// recorded graph once: the values it saved are freed as the backward pass goes.
+/// to each parameter, each in its parameter's type and layout, as a tuple in parameter order.
+/// Collective over the mesh. Uses the recorded graph once: the values it saved are freed as the
+/// backward pass goes. Errors in the backward pass name the forward line of the op that raised
+/// them; errors about the arguments name `where`.
 template <Expression L, class... P>
-std::tuple<P...> grad(const L& loss, const P&... params) {
-  static_assert(sizeof...(P) > 0, "gshard::grad: name the parameters to differentiate");
-  static_assert((detail::trackable_v<P> && ...),
-                "gshard::grad: parameters must be tracked Sharded tensors of float or double");
-  static_assert(detail::differentiable_v<typename L::value_type>,
-                "gshard::grad: the loss must be float or double");
-  const auto value = [&] {
-    if constexpr (L::is_lazy)
-      return loss.eval();
-    else
-      return loss;
-  }();
-  int i = 0;
+std::tuple<std::remove_const_t<P>...> grad(
+    const L& loss, std::tuple<P&...> params,
+    std::source_location where = std::source_location::current()) {
+  static_assert(detail::check_parameters<"grad", P...>());
+  if constexpr (!detail::differentiable_v<typename L::value_type>)
+    static_assert(sizeof(autodiff_error::loss_must_be_floating_point<detail::shown<L::spec>,
+                                                                     typename L::value_type>) == 0);
   std::vector<detail::GradNode*> targets;
-  (
-      [&](const auto& p) {
-        if (!p.grad_node())
-          throw Error("grad", "parameter " + std::to_string(i) + " (" + p.describe() +
-                                  ") is not tracked: call gshard::track on it before the "
-                                  "forward pass");
-        targets.push_back(p.grad_node().get());
-        ++i;
-      }(params),
-      ...);
-  if (!value.grad_node())
-    throw Error("grad", "the loss (" + value.describe() +
-                            ") does not depend on any tracked tensor: call gshard::track on the "
-                            "parameters before the forward pass, outside gshard::NoGrad");
+  const auto value = [&] {
+    const detail::UserSite site(where);  // the checks only: backward ops name their own lines
+    auto v = [&] {
+      if constexpr (L::is_lazy)
+        return loss.eval();
+      else
+        return loss;
+    }();
+    int i = 0;
+    std::apply(
+        [&](const auto&... ps) {
+          (
+              [&](const auto& p) {
+                if (!p.grad_node())
+                  throw Error("grad", "parameter " + std::to_string(i) + " (" + p.describe() +
+                                          ") is not tracked: call gshard::track on it before "
+                                          "the forward pass");
+                targets.push_back(p.grad_node().get());
+                ++i;
+              }(ps),
+              ...);
+        },
+        params);
+    if (!v.grad_node())
+      throw Error("grad", "the loss (" + v.describe() +
+                              ") does not depend on any tracked tensor: call gshard::track on the "
+                              "parameters before the forward pass, outside gshard::NoGrad");
+    return v;
+  }();
   const auto cot = detail::backprop(value.grad_node(), detail::seed_of(value), targets);
   // Finishing the parameters' gradients (data parallelism's reduction) runs at the loss's line.
   const detail::GradNode& root = *value.grad_node();
@@ -311,9 +390,15 @@ std::tuple<P...> grad(const L& loss, const P&... params) {
   const detail::TraceOp op("parameter gradients", root.where.file_name(), root.where.line(),
                            "grad: ");
   return [&]<std::size_t... I>(std::index_sequence<I...>) {
-    return std::tuple<P...>{detail::gradient_of(params, cot[I])...};
+    return std::tuple<std::remove_const_t<P>...>{
+        detail::gradient_of(std::get<I>(params), cot[I])...};
   }
   (std::index_sequence_for<P...>{});
+}
+template <Expression L, ShardedTensor P>
+std::tuple<P> grad(const L& loss, const P& param,
+                   std::source_location where = std::source_location::current()) {
+  return grad(loss, std::tie(param), where);
 }
 
 }  // namespace gshard

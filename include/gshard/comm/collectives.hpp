@@ -60,7 +60,7 @@ inline int group_size(MPI_Comm comm) {
 
 /// Counts a finished collective, and traces it when `span` records.
 inline void counted(TraceSpan& span, const std::string& axes, Collective kind, std::int64_t bytes) {
-  comm_counters().add(axes, kind, bytes);
+  CommCountersAccess::add(comm_counters(), axes, kind, bytes);
   if (span.on()) span.set_collective(axes, bytes);
 }
 

@@ -47,15 +47,14 @@ struct CommCount {
   std::int64_t bytes = 0;  // sent by this rank
 };
 
+namespace detail {
+struct CommCountersAccess;
+}  // namespace detail
+
 /// Per-process counters. Axes are named as in the mesh; a collective over several axes is
 /// counted under their names joined by '*', e.g. "data*expert".
 class CommCounters {
  public:
-  void add(const std::string& axes, Collective kind, std::int64_t bytes) {
-    CommCount& c = counts_[{axes, kind}];
-    c.calls += 1;
-    c.bytes += bytes;
-  }
   [[nodiscard]] CommCount get(const std::string& axes, Collective kind) const {
     auto it = counts_.find({axes, kind});
     return it == counts_.end() ? CommCount{} : it->second;
@@ -75,8 +74,22 @@ class CommCounters {
   void reset() { counts_.clear(); }
 
  private:
+  friend struct detail::CommCountersAccess;
   std::map<std::pair<std::string, Collective>, CommCount> counts_;
 };
+
+namespace detail {
+
+/// The library's one way to count a collective (users read the counters, never write them).
+struct CommCountersAccess {
+  static void add(CommCounters& c, const std::string& axes, Collective kind, std::int64_t bytes) {
+    CommCount& n = c.counts_[{axes, kind}];
+    n.calls += 1;
+    n.bytes += bytes;
+  }
+};
+
+}  // namespace detail
 
 /// The process-wide counters every collective reports to.
 inline CommCounters& comm_counters() {

@@ -1,5 +1,6 @@
 #pragma once
 // gshard::Error: the one exception type the library throws for bad input.
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -12,17 +13,52 @@ namespace gshard {
 
 namespace detail {
 
-/// Whether a source file is one of the library's headers (".../gshard/<layer>/<name>.hpp").
-inline bool library_file(std::string_view file) noexcept {
-  constexpr std::string_view layers[] = {"autodiff", "comm", "core", "expr", "io",    "kernels",
-                                         "mesh",     "nn",   "ops",  "spmd", "tensor"};
-  for (const std::string_view layer : layers)
-    for (std::size_t at = file.find("/gshard/"); at != std::string_view::npos;
-         at = file.find("/gshard/", at + 1))
-      if (file.substr(at + 8).starts_with(layer) && file.size() > at + 8 + layer.size() &&
-          file[at + 8 + layer.size()] == '/')
-        return true;
-  return false;
+/// `path` with "dir/../" and "./" steps removed, lexically (no file system access).
+inline std::string lexically_normal(std::string_view path) {
+  std::string out;
+  std::size_t kept[64];  // where each kept segment starts in out
+  int depth = 0;
+  std::size_t i = 0;
+  if (path.starts_with('/')) {
+    out = "/";
+    i = 1;
+  }
+  while (i <= path.size()) {
+    const std::size_t end = std::min(path.find('/', i), path.size());
+    const std::string_view seg = path.substr(i, end - i);
+    if (seg == "..") {
+      if (depth > 0) {
+        out.resize(kept[--depth]);
+      } else {
+        out.append("../");
+      }
+    } else if (!seg.empty() && seg != ".") {
+      if (depth < 64) kept[depth++] = out.size();
+      out.append(seg);
+      if (end < path.size()) out.push_back('/');
+    }
+    i = end + 1;
+  }
+  return out;
+}
+
+/// The library's header folder (".../gshard/") as the compiler spells this header's path.
+inline const std::string& library_root() {
+  static const std::string root = [] {
+    std::string self = lexically_normal(__FILE__);
+    self.resize(self.size() - std::string_view("core/error.hpp").size());
+    return self;
+  }();
+  return root;
+}
+
+/// Whether a source file is one of the library's own headers: a file under the folder this header
+/// was included from, compared exactly (a user's folder named gshard/nn/ is not the library).
+inline bool library_file(std::string_view file) {
+  const std::string& root = library_root();
+  if (file.find("/.") == std::string_view::npos && !file.starts_with('.'))
+    return file.starts_with(root);
+  return lexically_normal(file).starts_with(root);
 }
 
 /// While it lives, every gshard::Error names `where` (a public entry point's caller, captured by
@@ -32,8 +68,8 @@ class UserSite {
  public:
   /// From a std::source_location (a template, so this header needs no <source_location>: the
   /// fuzz targets build it with a clang whose library lacks it).
-  /// `op` names the call in traces (io/trace.hpp): each named call, nested ones too, is an "op"
-  /// event there.
+  /// `op` names the call in traces (trace/timeline.hpp): each named call, nested ones too, is an
+  /// "op" event there.
   template <class Location>
   explicit UserSite(const Location& where, const char* op = nullptr) noexcept
       : UserSite(where.file_name(), static_cast<std::uint_least32_t>(where.line()), op) {}

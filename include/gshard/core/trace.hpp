@@ -1,5 +1,5 @@
 #pragma once
-// The trace recorder behind gshard::Trace (io/trace.hpp): while it is on, each user-level op,
+// The trace recorder behind gshard::Trace (trace/timeline.hpp): while it is on, each user-level op,
 // local kernel and collective appends an event with its start, duration and the user's source
 // line. While it is off, each of those sites costs one load of a flag.
 #include <chrono>

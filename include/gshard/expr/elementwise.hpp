@@ -303,7 +303,12 @@ class Map {
 
   GSHARD_EXPRESSION_OPERATORS(Map)
 
-  // --- for the library: evaluation, fusion and explain ---
+ private:
+  // Evaluation, fusion and explain: the library's (detail::NodeAccess), and a fused parent's.
+  friend struct detail::NodeAccess;
+  template <class, class...>
+  friend class Map;
+
   detail::NodeState<value_type>& node_state() const { return *s_; }
 
   detail::RuntimeTensor<value_type> runtime() const {
@@ -427,8 +432,9 @@ class Map {
         detail::run_fused(detail::LeafGradientEval<decltype(gl), Ev>{gl, ev, id}, v.data(), block);
         const auto& leaf = leaves[static_cast<std::size_t>(id)];
         detail::RuntimeTensor<value_type> d(g.layout, g.shape, v, ReduceOp::sum);
-        out.push_back(detail::reduce_to_labels(
-            d, leaf.layout, m.state(), detail::axis_name_list<mesh_type>(), leaf.node->is_double));
+        out.push_back(detail::reduce_to_labels(d, leaf.layout, detail::mesh_state(m),
+                                               detail::axis_name_list<mesh_type>(),
+                                               leaf.node->is_double));
       }
       return out;
     };

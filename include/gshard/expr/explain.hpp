@@ -51,10 +51,10 @@ class Planner {
       input_lines_.push_back(name + " = input " + describe(E::layout, e.shape()));
       return name;
     } else {
-      const void* key = &e.node_state();
+      const void* key = &NodeAccess::state(e);
       auto it = nodes_.find(key);
       if (it != nodes_.end()) return it->second;
-      const std::string id = e.plan(*this);
+      const std::string id = NodeAccess::plan(e, *this);
       nodes_.emplace(key, id);
       return id;
     }

@@ -9,10 +9,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "../autodiff/graph.hpp"
 #include "../core/einsum.hpp"
 #include "../core/operators.hpp"
 #include "../spmd/reshard.hpp"
+#include "../tensor/graph.hpp"
 #include "../tensor/sharded.hpp"
 
 namespace gshard {
@@ -53,6 +53,23 @@ struct NodeState {
   std::vector<VersionStamp> reads;
 };
 
+/// The library's access to a lazy node's internals: its cache, its value and its explain step
+/// (private in each node type, so users see only eval(), shape(), mesh() and to_global()).
+struct NodeAccess {
+  template <class E>
+  static auto& state(const E& e) {
+    return e.node_state();
+  }
+  template <class E>
+  static auto runtime(const E& e) {
+    return e.runtime();
+  }
+  template <class E, class Planner>
+  static std::string plan(const E& e, Planner& p) {
+    return e.plan(p);
+  }
+};
+
 /// Adds the shards `operand` reads (a tensor: itself; an expression: its reads; a scalar: none).
 template <class E>
 void collect_reads(std::vector<VersionStamp>& out, const E& operand) {
@@ -60,7 +77,7 @@ void collect_reads(std::vector<VersionStamp>& out, const E& operand) {
     const auto& v = ShardedAccess::version(operand);
     out.push_back({v, v->count});
   } else if constexpr (Expression<E>) {
-    const auto& r = operand.node_state().reads;
+    const auto& r = NodeAccess::state(operand).reads;
     out.insert(out.end(), r.begin(), r.end());
   }
 }
@@ -142,7 +159,7 @@ RuntimeTensor<typename E::value_type> materialise(const E& e) {
   if constexpr (is_sharded_v<E>)
     return runtime_tensor(e);
   else
-    return e.runtime();
+    return NodeAccess::runtime(e);
 }
 
 /// The value of `e` in layout `need` (same labels, any order): resharded when it differs, which
@@ -157,7 +174,7 @@ RuntimeTensor<typename E::value_type> materialise_as(const E& e, const Layout& n
   if (t.partial_op != ReduceOp::sum && need.partial_count > 0)
     throw Error(op, "an operand holds pending max/min partials; finish them with reshard first");
   if constexpr (!is_sharded_v<E>) {
-    for (const auto& v : e.node_state().other_layouts)
+    for (const auto& v : NodeAccess::state(e).other_layouts)
       if (v.layout == need) return v;
   }
   const MeshT& mesh = e.mesh();
@@ -166,8 +183,8 @@ RuntimeTensor<typename E::value_type> materialise_as(const E& e, const Layout& n
                    axis_name_list<MeshT>(), static_cast<std::int64_t>(sizeof(T)));
   // The same global value in another layout: it keeps the node (see spmd reshard).
   RuntimeTensor<T> out{need, shape_in(need, t.layout, t.shape), {}, t.partial_op, t.grad};
-  out.data = ReshardExecutor<T>(plan, mesh.state(), t.partial_op).run(t.data);
-  if constexpr (!is_sharded_v<E>) e.node_state().other_layouts.push_back(out);
+  out.data = ReshardExecutor<T>(plan, detail::mesh_state(mesh), t.partial_op).run(t.data);
+  if constexpr (!is_sharded_v<E>) NodeAccess::state(e).other_layouts.push_back(out);
   return out;
 }
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "../tensor/sharded.hpp"
+#include "../core/layout.hpp"
 #include "math.hpp"
 #include "rows.hpp"
 

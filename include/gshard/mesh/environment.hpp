@@ -19,30 +19,44 @@ namespace detail {
 /// A training step allocates and frees the same large buffers every time. glibc serves blocks
 /// over its mmap threshold (at most 32 MiB) with fresh mmap'd pages the kernel zeroes on first
 /// touch: about 10% of an MoE step (docs/performance.md). Served from the heap and kept there
-/// (trimmed only above 1 GiB free), the pages are reused. GSHARD_MALLOC_TUNING=0 leaves malloc
-/// alone. Returns whether it tuned.
-inline bool tune_malloc() {
+/// (trimmed only above 1 GiB free), the pages are reused. Process-wide, so only on request:
+/// `requested`, or GSHARD_MALLOC_TUNING=1; GSHARD_MALLOC_TUNING=0 refuses. Once tuned, the
+/// process stays tuned. Returns whether malloc is tuned now.
+inline bool tune_malloc(bool requested) {
+  static bool tuned = false;
 #if defined(__GLIBC__)
   const char* setting = std::getenv("GSHARD_MALLOC_TUNING");
-  if (setting != nullptr && std::strcmp(setting, "0") == 0) return false;
-  return mallopt(M_MMAP_MAX, 0) == 1 && mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1;
+  if (setting != nullptr && std::strcmp(setting, "0") == 0) requested = false;
+  if (setting != nullptr && std::strcmp(setting, "1") == 0) requested = true;
+  if (requested && !tuned)
+    tuned = mallopt(M_MMAP_MAX, 0) == 1 && mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1;
 #else
-  return false;
+  (void)requested;
 #endif
+  return tuned;
 }
 
 }  // namespace detail
 
+/// What an Environment may change beyond starting MPI and Kokkos: nothing unless asked.
+struct EnvironmentOptions {
+  /// glibc: serve large blocks from the heap and keep them, process-wide (detail::tune_malloc;
+  /// 2,790 -> 3,160 tokens/s on one rank of bench/moe). For programs that own their process.
+  bool tune_malloc = false;
+};
+
 /// RAII scope for MPI and Kokkos. Starts MPI (MPI_THREAD_FUNNELED: only the main thread calls
 /// MPI) unless the application already did, then Kokkos unless already initialised. The
 /// destructor finalises only what this object started: Kokkos first, then MPI, because device
-/// buffers must be gone before a CUDA-aware MPI shuts down. On glibc it also keeps large blocks
-/// on the heap (detail::tune_malloc; GSHARD_MALLOC_TUNING=0 to opt out). Every Sharded tensor and
-/// Kokkos::View must be destroyed before the Environment is.
+/// buffers must be gone before a CUDA-aware MPI shuts down. Changes no other process-wide
+/// setting unless `options` asks. Every Sharded tensor and Kokkos::View must be destroyed before
+/// the Environment is.
 class Environment {
  public:
-  Environment(int& argc, char**& argv) { start(&argc, &argv); }
-  Environment() { start(nullptr, nullptr); }
+  Environment(int& argc, char**& argv, EnvironmentOptions options = {}) {
+    start(&argc, &argv, options);
+  }
+  explicit Environment(EnvironmentOptions options = {}) { start(nullptr, nullptr, options); }
 
   Environment(const Environment&) = delete;
   Environment& operator=(const Environment&) = delete;
@@ -62,13 +76,12 @@ class Environment {
   [[nodiscard]] bool owns_kokkos() const noexcept { return owns_kokkos_; }
   /// The MPI thread level in force (as provided by MPI_Init_thread or MPI_Query_thread).
   [[nodiscard]] int mpi_thread_level() const noexcept { return thread_level_; }
-  /// True when glibc's malloc serves large blocks from the heap (detail::tune_malloc).
+  /// True when glibc's malloc serves large blocks from the heap (EnvironmentOptions::tune_malloc).
   [[nodiscard]] bool malloc_tuned() const noexcept { return malloc_tuned_; }
 
  private:
-  void start(int* argc, char*** argv) {
-    static const bool tuned = detail::tune_malloc();  // once per process
-    malloc_tuned_ = tuned;
+  void start(int* argc, char*** argv, EnvironmentOptions options) {
+    malloc_tuned_ = detail::tune_malloc(options.tune_malloc);
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (initialized == 0) {

@@ -23,6 +23,16 @@ template <auto Axis>
 struct mesh_axis_name_used_twice {
   static_assert(always_false<mesh_axis_name_used_twice>, "gshard::Mesh: two axes share a name");
 };
+template <int Count>
+struct mesh_needs_1_to_4_axes {
+  static_assert(always_false<mesh_needs_1_to_4_axes<Count>>,
+                "gshard::Mesh: give 1 to 4 axis names (the count given is the argument)");
+};
+template <auto Name, class Mesh>
+struct no_axis_named {
+  static_assert(always_false<no_axis_named>,
+                "gshard::Mesh::axis: the mesh has no axis of that name (the name, the mesh)");
+};
 template <auto Axis>
 struct mesh_axis_name_is_not_an_identifier {
   static_assert(always_false<mesh_axis_name_is_not_an_identifier>,
@@ -65,6 +75,8 @@ inline std::string join_sizes(const int* sizes, int count) {
   return s;
 }
 
+struct MeshAccess;
+
 }  // namespace detail
 
 /// Axis names are part of the type; sizes come at run time and must multiply to the size of the
@@ -72,8 +84,13 @@ inline std::string join_sizes(const int* sizes, int count) {
 /// handles to the same communicators.
 template <fixed_string... Names>
 class Mesh {
-  static_assert(sizeof...(Names) >= 1 && sizeof...(Names) <= max_axes,
-                "gshard::Mesh: give 1 to 4 axis names");
+  static constexpr bool count_ok = [] {
+    if constexpr (sizeof...(Names) >= 1 && sizeof...(Names) <= max_axes)
+      return true;
+    else
+      return sizeof(mesh_error::mesh_needs_1_to_4_axes<static_cast<int>(sizeof...(Names))>) == 0;
+  }();
+  static_assert(count_ok);
 
   template <fixed_string Name>
   static constexpr bool check_axis_name() {
@@ -155,8 +172,10 @@ class Mesh {
   template <fixed_string Name>
   static constexpr int axis() {
     constexpr int index = detail::find_axis(axis_names, Name.view());
-    static_assert(index >= 0, "gshard::Mesh::axis: no axis of that name");
-    return index;
+    if constexpr (index < 0)
+      return sizeof(mesh_error::no_axis_named<detail::shown<Name>, Mesh>) == 0;
+    else
+      return index;
   }
   /// Index of an axis by name at run time; throws for an unknown name.
   [[nodiscard]] int axis(std::string_view name) const {
@@ -187,13 +206,6 @@ class Mesh {
     return mask == 0 ? MPI_COMM_SELF : state_->groups[mask];
   }
 
-  /// The shared run-time state (communicators, sizes, coordinates) for non-template code.
-  [[nodiscard]] const detail::MeshState& state() const noexcept { return *state_; }
-  /// The same state as a shared handle (kept by autodiff nodes for the backward pass).
-  [[nodiscard]] std::shared_ptr<const detail::MeshState> state_handle() const noexcept {
-    return state_;
-  }
-
   /// "Mesh<data=2, expert=4>"
   [[nodiscard]] std::string describe() const {
     std::string s = "Mesh<";
@@ -206,6 +218,8 @@ class Mesh {
   }
 
  private:
+  friend struct detail::MeshAccess;
+
   static std::string describe_names() {
     std::string s = "Mesh<";
     for (int i = 0; i < axis_count; ++i)
@@ -215,5 +229,32 @@ class Mesh {
 
   std::shared_ptr<detail::MeshState> state_;
 };
+
+namespace detail {
+
+/// The library's access to a mesh's run-time state (not part of the public surface).
+struct MeshAccess {
+  template <class M>
+  static const MeshState& state(const M& m) noexcept {
+    return *m.state_;
+  }
+  template <class M>
+  static std::shared_ptr<const MeshState> handle(const M& m) noexcept {
+    return m.state_;
+  }
+};
+
+/// The shared run-time state (communicators, sizes, coordinates) for non-template code.
+template <class M>
+const MeshState& mesh_state(const M& m) noexcept {
+  return MeshAccess::state(m);
+}
+/// The same state as a shared handle (kept by autodiff nodes for the backward pass).
+template <class M>
+std::shared_ptr<const MeshState> mesh_state_handle(const M& m) noexcept {
+  return MeshAccess::handle(m);
+}
+
+}  // namespace detail
 
 }  // namespace gshard

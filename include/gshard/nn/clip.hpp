@@ -19,80 +19,14 @@
 #include <type_traits>
 #include <vector>
 
-#include "../comm/collectives.hpp"
 #include "../core/error.hpp"
-#include "../spmd/plan.hpp"
 #include "../tensor/sharded.hpp"
 #include "diagnostics.hpp"
+#include "mesh_sums.hpp"
 
 namespace gshard::nn {
 
 namespace detail {
-
-using gshard::detail::axes_string;
-using gshard::detail::group_size_of;
-
-template <class MeshT>
-std::vector<std::string> axis_names() {
-  return {MeshT::axis_names.begin(), MeshT::axis_names.end()};
-}
-
-/// Axes that split some dimension of `l`, size-1 axes included (index checks use
-/// nontrivial_split_mask, which leaves those out).
-constexpr unsigned split_mask(const Layout& l) {
-  unsigned m = 0;
-  for (int d = 0; d < l.rank; ++d)
-    for (int i = 0; i < l.dims[d].axis_count; ++i) m |= 1u << l.dims[d].axes[i];
-  return m;
-}
-
-/// Axes that split dimension d of `l`.
-constexpr unsigned dim_mask(const Layout& l, int d) {
-  unsigned m = 0;
-  for (int i = 0; i < l.dims[d].axis_count; ++i) m |= 1u << l.dims[d].axes[i];
-  return m;
-}
-
-/// In-place sum of n doubles over the mesh axes in `mask`; nothing when they multiply to 1.
-template <class MeshT>
-void sum_over_axes(const MeshT& mesh, unsigned mask, double* data, std::int64_t n) {
-  if (group_size_of(mask, mesh.sizes()) == 1) return;
-  gshard::detail::all_reduce(data, n, ReduceOp::sum, mesh.group(mask),
-                             axes_string(mask, axis_names<MeshT>()));
-}
-
-/// True on the one copy of each block that counts: coordinate 0 on every axis the layout does
-/// not split.
-template <class MeshT>
-bool counts_once(const Layout& l, const MeshT& mesh) {
-  const unsigned split = split_mask(l);
-  for (int a = 0; a < MeshT::axis_count; ++a)
-    if (!(split & (1u << a)) && mesh.coordinate(a) != 0) return false;
-  return true;
-}
-
-/// Sum of squares of a local block, accumulated in double.
-template <class T>
-double local_sum_of_squares(const Kokkos::View<T*>& v) {
-  double s = 0;
-  Kokkos::parallel_reduce(
-      "gshard::nn::sum_of_squares",
-      Kokkos::RangePolicy<>(0, static_cast<std::int64_t>(v.extent(0))),
-      KOKKOS_LAMBDA(const std::int64_t i, double& acc) {
-        const double x = static_cast<double>(v(i));
-        acc += x * x;
-      },
-      s);
-  return s;
-}
-
-template <class T>
-void scale_in_place(const Kokkos::View<T*>& v, double factor) {
-  const T f = static_cast<T>(factor);
-  Kokkos::parallel_for(
-      "gshard::nn::scale", Kokkos::RangePolicy<>(0, static_cast<std::int64_t>(v.extent(0))),
-      KOKKOS_LAMBDA(const std::int64_t i) { v(i) *= f; });
-}
 
 template <class G>
 void check_clip_operand() {
@@ -120,10 +54,10 @@ double global_norm_impl(const char* op, const std::tuple<G&...>& grads) {
   } else {
     const auto& first = std::get<0>(grads);
     using MeshT = typename std::remove_cvref_t<decltype(first)>::mesh_type;
-    const void* mesh_state = &first.mesh().state();
+    const void* first_mesh = &gshard::detail::mesh_state(first.mesh());
     std::size_t index = 0;
     auto check_mesh = [&](const auto& g) {
-      if (static_cast<const void*>(&g.mesh().state()) != mesh_state)
+      if (static_cast<const void*>(&gshard::detail::mesh_state(g.mesh())) != first_mesh)
         throw Error(op, "tensor " + std::to_string(index) + " (" + g.describe() +
                             ") lives on another mesh than tensor 0; all must share one mesh");
       ++index;

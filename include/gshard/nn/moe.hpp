@@ -19,7 +19,6 @@
 #include <string_view>
 #include <vector>
 
-#include "../autodiff/graph.hpp"
 #include "../core/error.hpp"
 #include "../ops/einsum.hpp"
 #include "../ops/elementwise.hpp"
@@ -30,6 +29,7 @@
 #include "../ops/topk.hpp"
 #include "../spmd/reshard.hpp"
 #include "../tensor/creation.hpp"
+#include "../tensor/graph.hpp"
 #include "../tensor/sharded.hpp"
 #include "diagnostics.hpp"
 

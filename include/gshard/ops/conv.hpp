@@ -48,8 +48,8 @@ auto conv_typed(const X& x, const W& w, const ConvOptions& opt) {
       const bool need_x = xr.grad != nullptr, need_w = wr.grad != nullptr;
       if (recording() && (need_x || need_w)) {
         ConvSaved<T> sv;
-        RuntimeTensor<T> r =
-            conv_runtime<T>(op, s, opt, x.mesh().state(), axis_name_list<MeshT>(), xr, wr, &sv);
+        RuntimeTensor<T> r = conv_runtime<T>(op, s, opt, detail::mesh_state(x.mesh()),
+                                             axis_name_list<MeshT>(), xr, wr, &sv);
         // Keep only what the wanted cotangents read: the weights for dx, the widened input
         // for dw.
         if (!need_x) sv.w = {};
@@ -58,16 +58,17 @@ auto conv_typed(const X& x, const W& w, const ConvOptions& opt) {
                [cs = s, sv, need_x, need_w, m = x.mesh()](const RuntimeTensor<T>& g) {
                  Cotangents c(2);
                  if (need_x)
-                   c[0] = AnyTensor(
-                       conv_input_cotangent<T>(cs, sv, g, m.state(), axis_name_list<MeshT>()));
-                 if (need_w) c[1] = AnyTensor(conv_weight_cotangent<T>(cs, sv, g, m.state()));
+                   c[0] = AnyTensor(conv_input_cotangent<T>(cs, sv, g, detail::mesh_state(m),
+                                                            axis_name_list<MeshT>()));
+                 if (need_w)
+                   c[1] = AnyTensor(conv_weight_cotangent<T>(cs, sv, g, detail::mesh_state(m)));
                  return c;
                });
         return sharded_from<R>(x.mesh(), r);
       }
     }
     const RuntimeTensor<T> r =
-        conv_runtime<T>(op, s, opt, x.mesh().state(), axis_name_list<MeshT>(), xr, wr);
+        conv_runtime<T>(op, s, opt, detail::mesh_state(x.mesh()), axis_name_list<MeshT>(), xr, wr);
     return R(x.mesh(), r.shape, r.data);
   }
 }
@@ -93,18 +94,18 @@ auto pool_typed(const X& x, const PoolOptions& opt) {
     using R = Sharded<T, MeshT, spec_of<MeshT, L>()>;
     if (xr.grad && recording()) {
       ConvSaved<T> sv;
-      RuntimeTensor<T> r =
-          pool_runtime<T>(op, Kind, spec, opt, x.mesh().state(), axis_name_list<MeshT>(), xr, &sv);
+      RuntimeTensor<T> r = pool_runtime<T>(op, Kind, spec, opt, detail::mesh_state(x.mesh()),
+                                           axis_name_list<MeshT>(), xr, &sv);
       if (Kind == PoolKind::avg) sv.halo.data = {};  // the average's cotangent needs no values
       record(x.mesh(), r, op, std::source_location{}, {xr.grad},
              [cs = spec, sv, m = x.mesh()](const RuntimeTensor<T>& g) {
-               return Cotangents{AnyTensor(
-                   pool_input_cotangent<T>(Kind, cs, sv, g, m.state(), axis_name_list<MeshT>()))};
+               return Cotangents{AnyTensor(pool_input_cotangent<T>(
+                   Kind, cs, sv, g, detail::mesh_state(m), axis_name_list<MeshT>()))};
              });
       return sharded_from<R>(x.mesh(), r);
     }
-    const RuntimeTensor<T> r =
-        pool_runtime<T>(op, Kind, spec, opt, x.mesh().state(), axis_name_list<MeshT>(), xr);
+    const RuntimeTensor<T> r = pool_runtime<T>(op, Kind, spec, opt, detail::mesh_state(x.mesh()),
+                                               axis_name_list<MeshT>(), xr);
     return R(x.mesh(), r.shape, r.data);
   }
 }

@@ -145,7 +145,9 @@ class EinsumExpr {
 
   GSHARD_EXPRESSION_OPERATORS(EinsumExpr)
 
-  // --- for the library ---
+ private:
+  friend struct detail::NodeAccess;  // evaluation and explain
+
   detail::NodeState<value_type>& node_state() const { return *s_; }
 
   detail::RuntimeTensor<value_type> runtime() const {
@@ -158,12 +160,12 @@ class EinsumExpr {
     if constexpr (binary) {
       const auto b = detail::materialise_as(std::get<1>(s_->operands), rules.operands[1], op);
       s_->value =
-          detail::einsum_runtime<value_type>(Einsum.view(), parsed.spec, m.state(),
+          detail::einsum_runtime<value_type>(Einsum.view(), parsed.spec, detail::mesh_state(m),
                                              detail::axis_name_list<mesh_type>(), a, &b, &rules);
       record_backward(a, &b);
     } else {
       s_->value = detail::einsum_runtime<value_type>(
-          Einsum.view(), parsed.spec, m.state(), detail::axis_name_list<mesh_type>(), a,
+          Einsum.view(), parsed.spec, detail::mesh_state(m), detail::axis_name_list<mesh_type>(), a,
           static_cast<const detail::RuntimeTensor<value_type>*>(nullptr), &rules);
       record_backward(a, nullptr);
     }
@@ -236,13 +238,14 @@ class EinsumExpr {
       if (need[0])
         r.push_back(detail::einsum_operand_cotangent<value_type>(
             out, la, sa.layout, sa.shape, g, binary ? parsed.spec.operands[1] : std::string_view{},
-            sb ? &*sb : nullptr, m.state(), names));
+            sb ? &*sb : nullptr, detail::mesh_state(m), names));
       else
         r.push_back(std::nullopt);
       if constexpr (binary) {
         if (need[1])
           r.push_back(detail::einsum_operand_cotangent<value_type>(
-              out, parsed.spec.operands[1], sb->layout, sb->shape, g, la, &sa, m.state(), names));
+              out, parsed.spec.operands[1], sb->layout, sb->shape, g, la, &sa,
+              detail::mesh_state(m), names));
         else
           r.push_back(std::nullopt);
       }

@@ -85,7 +85,7 @@ auto take(const Table& table, const Indices& indices,
     const MeshT& mesh = table.mesh();
     detail::RuntimeTensor<I> used;
     detail::RuntimeTensor<T> r = detail::take_runtime<T>(
-        Label.data[0], mesh.state(), detail::axis_name_list<MeshT>(), t, i, &L, &used);
+        Label.data[0], detail::mesh_state(mesh), detail::axis_name_list<MeshT>(), t, i, &L, &used);
     if constexpr (detail::differentiable_v<T>) {
       constexpr char label = Label.data[0];
       constexpr DimLayout vdim = L.table.dims[Table::layout.find(label)];
@@ -93,7 +93,7 @@ auto take(const Table& table, const Indices& indices,
       detail::record(mesh, r, std::string("take<\"") + label + "\">", where, {t.grad},
                      [used, n, vdim, m = mesh](const detail::RuntimeTensor<T>& g) {
                        return detail::Cotangents{detail::AnyTensor(detail::take_cotangent<T, I>(
-                           Label.data[0], n, vdim, used, g, m.state()))};
+                           Label.data[0], n, vdim, used, g, detail::mesh_state(m)))};
                      });
     }
     return detail::sharded_from<Sharded<T, MeshT, detail::spec_of<MeshT, L.output>()>>(mesh, r);
@@ -133,14 +133,14 @@ auto scatter_add(const Values& values, const Indices& indices, std::int64_t n,
     const MeshT& mesh = values.mesh();
     detail::RuntimeTensor<I> used;
     detail::RuntimeTensor<T> r = detail::scatter_add_runtime<T>(
-        Label.data[0], n, mesh.state(), detail::axis_name_list<MeshT>(), v, i, &used);
+        Label.data[0], n, detail::mesh_state(mesh), detail::axis_name_list<MeshT>(), v, i, &used);
     if constexpr (detail::differentiable_v<T>) {
       constexpr char label = Label.data[0];
       detail::record(
           mesh, r, std::string("scatter_add<\"") + label + "\">", where, {v.grad},
           [used, m = mesh](const detail::RuntimeTensor<T>& g) {
             return detail::Cotangents{detail::AnyTensor(detail::scatter_add_cotangent<T, I>(
-                label, used, g, m.state(), detail::axis_name_list<MeshT>()))};
+                label, used, g, detail::mesh_state(m), detail::axis_name_list<MeshT>()))};
           });
     }
     return detail::sharded_from<Sharded<T, MeshT, detail::spec_of<MeshT, L.output>()>>(mesh, r);
@@ -176,14 +176,14 @@ auto take_along(const Table& table, const Indices& indices, Bounds bounds = Boun
     const MeshT& mesh = table.mesh();
     detail::RuntimeTensor<I> used;
     detail::RuntimeTensor<T> r = detail::take_along_runtime<T, I>(
-        label, mesh.state(), detail::axis_name_list<MeshT>(), t, i, bounds, &used);
+        label, detail::mesh_state(mesh), detail::axis_name_list<MeshT>(), t, i, bounds, &used);
     if constexpr (detail::differentiable_v<T>) {
       const std::int64_t n = t.shape[static_cast<std::size_t>(t.layout.find(label))];
       detail::record(
           mesh, r, std::string("take_along<\"") + label + "\">", where, {t.grad},
           [used, n, m = mesh](const detail::RuntimeTensor<T>& g) {
-            return detail::Cotangents{detail::AnyTensor(
-                detail::take_along_cotangent<T, I>(label, n, Table::layout, used, g, m.state()))};
+            return detail::Cotangents{detail::AnyTensor(detail::take_along_cotangent<T, I>(
+                label, n, Table::layout, used, g, detail::mesh_state(m)))};
           });
     }
     return detail::sharded_from<Sharded<T, MeshT, detail::spec_of<MeshT, L.output>()>>(mesh, r);
@@ -221,13 +221,15 @@ auto scatter_add_along(const Values& values, const Indices& indices, std::int64_
     const MeshT& mesh = values.mesh();
     detail::RuntimeTensor<I> used;
     detail::RuntimeTensor<T> r = detail::scatter_add_along_runtime<T, I>(
-        label, Batch.view(), n, mesh.state(), detail::axis_name_list<MeshT>(), v, i, bounds, &used);
+        label, Batch.view(), n, detail::mesh_state(mesh), detail::axis_name_list<MeshT>(), v, i,
+        bounds, &used);
     if constexpr (detail::differentiable_v<T>) {
       detail::record(
           mesh, r, std::string("scatter_add_along<\"") + label + "\">", where, {v.grad},
           [used, m = mesh](const detail::RuntimeTensor<T>& g) {
             return detail::Cotangents{detail::AnyTensor(detail::scatter_add_along_cotangent<T, I>(
-                label, Values::layout, used, g, m.state(), detail::axis_name_list<MeshT>()))};
+                label, Values::layout, used, g, detail::mesh_state(m),
+                detail::axis_name_list<MeshT>()))};
           });
     }
     return detail::sharded_from<Sharded<T, MeshT, detail::spec_of<MeshT, L.output>()>>(mesh, r);

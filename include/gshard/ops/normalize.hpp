@@ -461,17 +461,17 @@ auto normalize_typed(double eps, const E& x, const P&... params) {
     NormStats<T> stats;
     const bool keep = layer && any_tracked && recording();
     const RuntimeTensor<T> r = normalize_runtime<T>(
-        K, label, x.mesh().state(), axis_name_list<MeshT>(), v, eps, ps.empty() ? nullptr : &ps[0],
-        ps.size() < 2 ? nullptr : &ps[1], keep ? &stats : nullptr);
+        K, label, detail::mesh_state(x.mesh()), axis_name_list<MeshT>(), v, eps,
+        ps.empty() ? nullptr : &ps[0], ps.size() < 2 ? nullptr : &ps[1], keep ? &stats : nullptr);
     RuntimeTensor<T> result(r.layout, r.shape, r.data, r.partial_op);
     if constexpr (K == Normalization::softmax || K == Normalization::log_softmax) {
       const RuntimeTensor<T> y(r.layout, r.shape, r.data);
-      record(
-          x.mesh(), result, op, std::source_location{}, {v.grad},
-          [y, m = x.mesh()](const RuntimeTensor<T>& g) {
-            return Cotangents{AnyTensor(softmax_cotangent<T>(
-                K == Normalization::log_softmax, label, y, g, m.state(), axis_name_list<MeshT>()))};
-          });
+      record(x.mesh(), result, op, std::source_location{}, {v.grad},
+             [y, m = x.mesh()](const RuntimeTensor<T>& g) {
+               return Cotangents{
+                   AnyTensor(softmax_cotangent<T>(K == Normalization::log_softmax, label, y, g,
+                                                  detail::mesh_state(m), axis_name_list<MeshT>()))};
+             });
     } else if (keep) {
       const RuntimeTensor<T> xs(r.layout, r.shape, Kokkos::View<T*>{});
       // Sized up front: GCC 12 misreads push_back on such vectors (-Warray-bounds).
@@ -484,7 +484,7 @@ auto normalize_typed(double eps, const E& x, const P&... params) {
              [xs, stats, want, np = ps.size(), m = x.mesh()](const RuntimeTensor<T>& g) {
                Cotangents c =
                    layer_norm_cotangents<T>(K == Normalization::rms_norm, label, xs, stats, want, g,
-                                            m.state(), axis_name_list<MeshT>());
+                                            detail::mesh_state(m), axis_name_list<MeshT>());
                c.resize(1 + np);
                return c;
              });

@@ -31,16 +31,6 @@
 
 namespace gshard {
 
-namespace random_error {
-template <class>
-inline constexpr bool always_false = false;
-template <auto Op, auto Spec>
-struct needs_floating_point {
-  static_assert(always_false<needs_floating_point>,
-                "gshard random op: the tensor must hold float or double (the op, the spec)");
-};
-}  // namespace random_error
-
 namespace detail {
 
 namespace random_ops {
@@ -176,8 +166,9 @@ using unpartial_result = Sharded<typename E::value_type, typename E::mesh_type,
 /// a pure function of (seed, global index). Same layout as x (a pending partial stays pending).
 /// Eager; no communication.
 template <Expression E>
-auto dropout(const E& x, double rate, std::uint64_t seed,
+auto dropout(const E& x, Seed seed_, double rate,
              std::source_location where = std::source_location::current()) {
+  const std::uint64_t seed = seed_.value;
   const detail::UserSite site(where, "dropout");
   if constexpr (!detail::check_floating<"dropout", E>()) {
     return 0;
@@ -185,12 +176,12 @@ auto dropout(const E& x, double rate, std::uint64_t seed,
     using R = detail::same_layout_result<E>;
     using T = typename E::value_type;
     const auto v = detail::materialise(x);
-    auto r = detail::dropout_runtime(x.mesh().state(), v, rate, seed);
+    auto r = detail::dropout_runtime(detail::mesh_state(x.mesh()), v, rate, seed);
     // The mask is regenerated from (seed, global index) rather than kept: g * keep / (1 - rate).
     detail::record(x.mesh(), r, "dropout", where, {v.grad},
                    [rate, seed, m = x.mesh()](const detail::RuntimeTensor<T>& g) {
-                     return detail::Cotangents{
-                         detail::AnyTensor(detail::dropout_runtime<T>(m.state(), g, rate, seed))};
+                     return detail::Cotangents{detail::AnyTensor(
+                         detail::dropout_runtime<T>(detail::mesh_state(m), g, rate, seed))};
                    });
     return detail::sharded_from<R>(x.mesh(), r);
   }
@@ -199,8 +190,7 @@ auto dropout(const E& x, double rate, std::uint64_t seed,
 /// x plus noise uniform in [low, high), a pure function of (seed, global index). Same layout as
 /// x. Eager; no communication.
 template <Expression E>
-auto uniform_noise(const E& x, typename E::value_type low, typename E::value_type high,
-                   std::uint64_t seed,
+auto uniform_noise(const E& x, Seed seed, typename E::value_type low, typename E::value_type high,
                    std::source_location where = std::source_location::current()) {
   const detail::UserSite site(where, "uniform_noise");
   if constexpr (!detail::check_floating<"uniform_noise", E>()) {
@@ -209,7 +199,7 @@ auto uniform_noise(const E& x, typename E::value_type low, typename E::value_typ
     using R = detail::same_layout_result<E>;
     using T = typename E::value_type;
     const auto v = detail::materialise(x);
-    auto r = detail::uniform_noise_runtime(x.mesh().state(), v, low, high, seed);
+    auto r = detail::uniform_noise_runtime(detail::mesh_state(x.mesh()), v, low, high, seed.value);
     // The noise is additive and does not depend on x: the cotangent passes through unchanged.
     detail::record(
         x.mesh(), r, "uniform_noise", where, {v.grad},
@@ -221,7 +211,7 @@ auto uniform_noise(const E& x, typename E::value_type low, typename E::value_typ
 /// A tensor shaped and laid out like x (without its pending partial axes), uniform in [low,
 /// high): the same values as random_uniform of that layout. x is not evaluated.
 template <Expression E>
-auto random_uniform_like(const E& x, std::uint64_t seed, typename E::value_type low = 0,
+auto random_uniform_like(const E& x, Seed seed, typename E::value_type low = 0,
                          typename E::value_type high = 1,
                          std::source_location where = std::source_location::current()) {
   const detail::UserSite site(where, "random_uniform_like");
@@ -230,15 +220,15 @@ auto random_uniform_like(const E& x, std::uint64_t seed, typename E::value_type 
                 "the range [" + std::to_string(low) + ", " + std::to_string(high) + ") is empty");
   using T = typename E::value_type;
   using R = detail::unpartial_result<E>;
-  const auto r = detail::random_like_runtime<T>(x.mesh().state(), E::layout, x.shape(),
-                                                detail::RandomKind::uniform, seed, low, high);
+  const auto r = detail::random_like_runtime<T>(detail::mesh_state(x.mesh()), E::layout, x.shape(),
+                                                detail::RandomKind::uniform, seed.value, low, high);
   return R(x.mesh(), r.shape, r.data);
 }
 
 /// A tensor shaped and laid out like x (without its pending partial axes), normal with the given
 /// mean and standard deviation: the same values as random_normal of that layout.
 template <Expression E>
-auto random_normal_like(const E& x, std::uint64_t seed, typename E::value_type mean = 0,
+auto random_normal_like(const E& x, Seed seed, typename E::value_type mean = 0,
                         typename E::value_type stddev = 1,
                         std::source_location where = std::source_location::current()) {
   const detail::UserSite site(where, "random_normal_like");
@@ -247,8 +237,9 @@ auto random_normal_like(const E& x, std::uint64_t seed, typename E::value_type m
   } else {
     using T = typename E::value_type;
     using R = detail::unpartial_result<E>;
-    const auto r = detail::random_like_runtime<T>(x.mesh().state(), E::layout, x.shape(),
-                                                  detail::RandomKind::normal, seed, mean, stddev);
+    const auto r =
+        detail::random_like_runtime<T>(detail::mesh_state(x.mesh()), E::layout, x.shape(),
+                                       detail::RandomKind::normal, seed.value, mean, stddev);
     return R(x.mesh(), r.shape, r.data);
   }
 }

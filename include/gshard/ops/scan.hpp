@@ -253,13 +253,14 @@ scan_result_t<E> cumsum_typed(const E& x, bool exclusive) {
   constexpr char label = Label.view()[0];
   const RuntimeTensor<T> in = materialise(x);
   RuntimeTensor<T> r =
-      cumsum_runtime(in, label, exclusive, x.mesh().state(), axis_name_list<MeshT>());
+      cumsum_runtime(in, label, exclusive, detail::mesh_state(x.mesh()), axis_name_list<MeshT>());
   if constexpr (differentiable_v<T>) {
     record(x.mesh(), r, exclusive ? "exclusive_cumsum" : "cumsum", std::source_location{},
            {in.grad}, [exclusive, m = x.mesh()](const RuntimeTensor<T>& g) {
              // g has the result's (= the input's) layout; the reverse scan keeps its partials.
-             return Cotangents{AnyTensor(cumsum_runtime(g, Label.view()[0], exclusive, m.state(),
-                                                        axis_name_list<MeshT>(), true))};
+             return Cotangents{
+                 AnyTensor(cumsum_runtime(g, Label.view()[0], exclusive, detail::mesh_state(m),
+                                          axis_name_list<MeshT>(), true))};
            });
   }
   return sharded_from<R>(x.mesh(), r);

@@ -49,7 +49,7 @@ auto merge(const X& x, std::source_location where = std::source_location::curren
     const std::string op = std::string("merge<\"").append(Labels.view()) + "\">";
     const auto s = detail::materialise_as(x, staging, op);
     const MeshT& mesh = x.mesh();
-    auto r = detail::merge_runtime<T>(s, Labels.view(), Merged.data[0], mesh.state(),
+    auto r = detail::merge_runtime<T>(s, Labels.view(), Merged.data[0], detail::mesh_state(mesh),
                                       detail::axis_name_list<MeshT>());
     Shape sizes;
     for (char c : Labels.view())
@@ -57,8 +57,8 @@ auto merge(const X& x, std::source_location where = std::source_location::curren
     const std::string name = std::string("merge<\"").append(Labels.view()) + "\", \"" +
                              std::string(Merged.view()) + "\">";
     detail::record_shape(mesh, r, name, {s.grad}, [mesh, sizes](const detail::RuntimeTensor<T>& g) {
-      return detail::merge_cotangent<T>(g, Labels.view(), Merged.data[0], sizes, mesh.state(),
-                                        detail::axis_name_list<MeshT>());
+      return detail::merge_cotangent<T>(g, Labels.view(), Merged.data[0], sizes,
+                                        detail::mesh_state(mesh), detail::axis_name_list<MeshT>());
     });
     return detail::to_sharded<T, MeshT, result>(mesh, r);
   }
@@ -78,13 +78,13 @@ auto split(const X& x, const Shape& sizes,
     constexpr Layout result = detail::split_layout(X::layout, Label.data[0], Into.view());
     const MeshT& mesh = x.mesh();
     const auto v = detail::materialise(x);
-    auto r = detail::split_runtime<T>(v, Label.data[0], Into.view(), sizes, mesh.state(),
-                                      detail::axis_name_list<MeshT>());
+    auto r = detail::split_runtime<T>(v, Label.data[0], Into.view(), sizes,
+                                      detail::mesh_state(mesh), detail::axis_name_list<MeshT>());
     detail::record_shape(
         mesh, r,
         std::string("split<\"").append(Label.view()) + "\", \"" + std::string(Into.view()) + "\">",
         {v.grad}, [mesh](const detail::RuntimeTensor<T>& g) {
-          return detail::split_cotangent<T>(g, Label.data[0], Into.view(), mesh.state(),
+          return detail::split_cotangent<T>(g, Label.data[0], Into.view(), detail::mesh_state(mesh),
                                             detail::axis_name_list<MeshT>());
         });
     return detail::to_sharded<T, MeshT, result>(mesh, r);
@@ -104,14 +104,14 @@ auto slice(const X& x, std::int64_t begin, std::int64_t end,
     using MeshT = typename X::mesh_type;
     const MeshT& mesh = x.mesh();
     const auto v = detail::materialise(x);
-    auto r = detail::slice_runtime<T>(v, Label.data[0], begin, end, mesh.state(),
+    auto r = detail::slice_runtime<T>(v, Label.data[0], begin, end, detail::mesh_state(mesh),
                                       detail::axis_name_list<MeshT>());
     const std::int64_t after =
         v.shape[static_cast<std::size_t>(v.layout.find(Label.data[0]))] - end;
     detail::record_shape(mesh, r, std::string("slice<\"").append(Label.view()) + "\">", {v.grad},
                          [mesh, begin, after](const detail::RuntimeTensor<T>& g) {
                            return detail::pad_runtime<T>(g, Label.data[0], begin, after, T{},
-                                                         mesh.state(),
+                                                         detail::mesh_state(mesh),
                                                          detail::axis_name_list<MeshT>());
                          });
     return detail::to_sharded<T, MeshT, X::layout>(mesh, r);
@@ -132,14 +132,14 @@ auto pad(const X& x, std::int64_t before, std::int64_t after,
     using MeshT = typename X::mesh_type;
     const MeshT& mesh = x.mesh();
     const auto v = detail::materialise(x);
-    auto r = detail::pad_runtime<T>(v, Label.data[0], before, after, value, mesh.state(),
-                                    detail::axis_name_list<MeshT>());
+    auto r = detail::pad_runtime<T>(v, Label.data[0], before, after, value,
+                                    detail::mesh_state(mesh), detail::axis_name_list<MeshT>());
     const std::int64_t n = v.shape[static_cast<std::size_t>(v.layout.find(Label.data[0]))];
     // The fill value is a constant: only x gets a gradient.
     detail::record_shape(mesh, r, std::string("pad<\"").append(Label.view()) + "\">", {v.grad},
                          [mesh, before, n](const detail::RuntimeTensor<T>& g) {
                            return detail::slice_runtime<T>(g, Label.data[0], before, before + n,
-                                                           mesh.state(),
+                                                           detail::mesh_state(mesh),
                                                            detail::axis_name_list<MeshT>());
                          });
     return detail::to_sharded<T, MeshT, X::layout>(mesh, r);
@@ -168,8 +168,8 @@ auto concat_typed(const A& a, const Rest&... rest) {
          rest, detail::concat_operand_layout(result, Rest::layout, Label.data[0]), op)),
      ...);
     const MeshT& mesh = a.mesh();
-    auto r =
-        detail::concat_runtime<T>(xs, Label.data[0], mesh.state(), detail::axis_name_list<MeshT>());
+    auto r = detail::concat_runtime<T>(xs, Label.data[0], detail::mesh_state(mesh),
+                                       detail::axis_name_list<MeshT>());
     if constexpr (detail::differentiable_v<T>) {
       std::vector<std::shared_ptr<detail::GradNode>> inputs;
       std::vector<Layout> layouts;
@@ -186,8 +186,8 @@ auto concat_typed(const A& a, const Rest&... rest) {
                        std::int64_t offset = 0;
                        for (std::size_t i = 0; i < sizes.size(); ++i) {
                          out.push_back(detail::AnyTensor(detail::concat_cotangent<T>(
-                             g, layouts[i], Label.data[0], offset, sizes[i], mesh.state(),
-                             detail::axis_name_list<MeshT>())));
+                             g, layouts[i], Label.data[0], offset, sizes[i],
+                             detail::mesh_state(mesh), detail::axis_name_list<MeshT>())));
                          offset += sizes[i];
                        }
                        return out;

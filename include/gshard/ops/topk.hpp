@@ -492,16 +492,16 @@ auto top_k(const E& x, std::int64_t k,
     using I = Sharded<std::int64_t, MeshT, spec>;
     const auto in = detail::materialise_as(x, in_layout, "top_k");
     constexpr char label = Label.view()[0];
-    auto r = detail::top_k_runtime(in, label, NewLabel.view()[0], k, x.mesh().state(),
+    auto r = detail::top_k_runtime(in, label, NewLabel.view()[0], k, detail::mesh_state(x.mesh()),
                                    detail::axis_name_list<MeshT>());
     if constexpr (detail::differentiable_v<T>) {
-      detail::record(
-          x.mesh(), r.first, "top_k", std::source_location{}, {in.grad},
-          [indices = r.second, xl = in.layout, xs = in.shape,
-           m = x.mesh()](const detail::RuntimeTensor<T>& g) {
-            return detail::Cotangents{detail::AnyTensor(detail::top_k_cotangent<T>(
-                g, indices, Label.view()[0], xl, xs, m.state(), detail::axis_name_list<MeshT>()))};
-          });
+      detail::record(x.mesh(), r.first, "top_k", std::source_location{}, {in.grad},
+                     [indices = r.second, xl = in.layout, xs = in.shape,
+                      m = x.mesh()](const detail::RuntimeTensor<T>& g) {
+                       return detail::Cotangents{detail::AnyTensor(detail::top_k_cotangent<T>(
+                           g, indices, Label.view()[0], xl, xs, detail::mesh_state(m),
+                           detail::axis_name_list<MeshT>()))};
+                     });
     }
     return TopK<V, I>{detail::sharded_from<V>(x.mesh(), r.first),
                       I(x.mesh(), r.second.shape, r.second.data)};
@@ -525,8 +525,9 @@ auto one_hot(const E& indices, std::int64_t size,
     static_assert(detail::strict_check<MeshT, "one_hot", 0, E::layout, in_layout>());
     using R = Sharded<V, MeshT, detail::spec_of<MeshT, out_layout>()>;
     const auto in = detail::materialise_as(indices, in_layout, "one_hot");
-    const auto r = detail::one_hot_runtime<V>(in, NewLabel.view()[0], size, indices.mesh().state(),
-                                              detail::axis_name_list<MeshT>());
+    const auto r =
+        detail::one_hot_runtime<V>(in, NewLabel.view()[0], size, detail::mesh_state(indices.mesh()),
+                                   detail::axis_name_list<MeshT>());
     return R(indices.mesh(), r.shape, r.data);
   }
 }

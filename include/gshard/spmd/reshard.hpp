@@ -458,7 +458,8 @@ Target reshard(const Sharded<T, MeshT, Spec>& source, std::source_location where
     detail::ShardedAccess::share_version(out, detail::ShardedAccess::version(source));
     return out;
   }
-  const detail::ReshardExecutor<T> run(plan, source.mesh().state(), source.partial_op());
+  const detail::ReshardExecutor<T> run(plan, detail::mesh_state(source.mesh()),
+                                       source.partial_op());
   Target out(source.mesh(), std::move(shape), run.run(source.local_view()));
   detail::set_partial_op(out, source.partial_op());
   // The same global value: it keeps the source's node (the backward driver brings each
@@ -484,7 +485,8 @@ void reshard_into(const Sharded<T, MeshT, Spec>& source, Target& target,
     if (target.local_view().data() != source.local_view().data())
       Kokkos::deep_copy(target.local_view(), source.local_view());
   } else {
-    const detail::ReshardExecutor<T> run(plan, source.mesh().state(), source.partial_op());
+    const detail::ReshardExecutor<T> run(plan, detail::mesh_state(source.mesh()),
+                                         source.partial_op());
     const Kokkos::View<T*> out = run.run(source.local_view(), target.local_view());
     if (out.data() != target.local_view().data()) Kokkos::deep_copy(target.local_view(), out);
   }

@@ -87,7 +87,7 @@ S full(const typename S::mesh_type& mesh, Shape shape, typename S::value_type va
 
 /// Uniform in [low, high) (integers: low to high-1), a pure function of (seed, global index).
 template <ShardedTensor S>
-S random_uniform(const typename S::mesh_type& mesh, Shape shape, std::uint64_t seed,
+S random_uniform(const typename S::mesh_type& mesh, Shape shape, Seed seed,
                  typename S::value_type low = 0, typename S::value_type high = 1,
                  std::source_location where = std::source_location::current()) {
   const detail::UserSite site(where, "random_uniform");
@@ -96,19 +96,22 @@ S random_uniform(const typename S::mesh_type& mesh, Shape shape, std::uint64_t s
     throw Error("random_uniform",
                 "the range [" + std::to_string(low) + ", " + std::to_string(high) + ") is empty");
   return detail::fill_by_global_index<S>(mesh, std::move(shape), "gshard::random_uniform",
-                                         detail::UniformValue<T>{seed, low, high});
+                                         detail::UniformValue<T>{seed.value, low, high});
 }
 
 /// Normal with the given mean and standard deviation, a pure function of (seed, global index).
 template <ShardedTensor S>
-S random_normal(const typename S::mesh_type& mesh, Shape shape, std::uint64_t seed,
+S random_normal(const typename S::mesh_type& mesh, Shape shape, Seed seed,
                 typename S::value_type mean = 0, typename S::value_type stddev = 1,
                 std::source_location where = std::source_location::current()) {
   const detail::UserSite site(where, "random_normal");
   using T = typename S::value_type;
-  static_assert(std::is_floating_point_v<T>, "gshard::random_normal needs float or double");
+  if constexpr (!std::is_floating_point_v<T>)
+    static_assert(
+        sizeof(random_error::needs_floating_point<detail::shown<fixed_string("random_normal")>,
+                                                  detail::shown<S::spec>>) == 0);
   return detail::fill_by_global_index<S>(mesh, std::move(shape), "gshard::random_normal",
-                                         detail::NormalValue<T>{seed, mean, stddev});
+                                         detail::NormalValue<T>{seed.value, mean, stddev});
 }
 
 /// Each rank passes the whole tensor (row-major, spec order) and keeps its own block.

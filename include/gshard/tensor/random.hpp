@@ -2,10 +2,44 @@
 // Counter-based random numbers: each value is a pure function of (seed, global index), so the
 // same global tensor comes out on every mesh and layout.
 #include <Kokkos_Core.hpp>
+#include <concepts>
 #include <cstdint>
 #include <type_traits>
 
 #include "../kernels/math.hpp"
+
+namespace gshard {
+
+namespace random_error {
+template <class>
+inline constexpr bool always_false = false;
+template <auto Op, auto Spec>
+struct needs_floating_point {
+  static_assert(always_false<needs_floating_point>,
+                "gshard random op: the tensor must hold float or double (the op, the spec)");
+};
+template <class F>
+struct seed_must_be_an_integer {
+  static_assert(sizeof(F) == 0,
+                "gshard random op: a floating-point value was passed as the seed; the seed comes "
+                "right after the tensor (or mesh and shape), before rate, range or moments");
+};
+}  // namespace random_error
+
+/// The seed of a random op. Every random op takes it right after its tensor (or mesh and shape)
+/// and before its options (rate, range, moments). Integers convert; a floating-point value is a
+/// named compile error (random_error::seed_must_be_an_integer), so a swap cannot go silent.
+struct Seed {
+  std::uint64_t value = 0;
+  template <std::integral I>
+  constexpr Seed(I v) noexcept : value(static_cast<std::uint64_t>(v)) {}  // NOLINT: implicit
+  template <std::floating_point F>
+  constexpr Seed(F) noexcept {
+    (void)sizeof(random_error::seed_must_be_an_integer<F>);
+  }
+};
+
+}  // namespace gshard
 
 namespace gshard::detail {
 

@@ -7,7 +7,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "../autodiff/graph.hpp"
 #include "../comm/collectives.hpp"
 #include "../core/diagnostics.hpp"
 #include "../core/error.hpp"
@@ -15,6 +14,7 @@
 #include "../core/operators.hpp"
 #include "../mesh/mesh.hpp"
 #include "geometry.hpp"
+#include "graph.hpp"
 #include "local_index.hpp"
 
 namespace gshard {

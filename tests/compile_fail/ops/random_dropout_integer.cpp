@@ -6,6 +6,6 @@
 using M = gshard::Mesh<"x", "y">;
 using X = gshard::Sharded<std::int32_t, M, "I:x J">;
 
-auto bad(const X& x) { return gshard::dropout(x, 0.5, 1); }
+auto bad(const X& x) { return gshard::dropout(x, 1, 0.5); }
 
 int main() { return 0; }

@@ -147,7 +147,7 @@ void random_cases(const M& mesh) {
   // 1. dropout at several rates (0 keeps everything), after a nonlinearity.
   for (const double rate : {0.0, 0.3, 0.75}) {
     auto f = [&](const X& x) {
-      return gs::einsum<"AB,AB->">(gs::dropout(x * x, rate, 11), r).eval();
+      return gs::einsum<"AB,AB->">(gs::dropout(x * x, 11, rate), r).eval();
     };
     CHECK(fd_relative_error(f, make<X>(mesh, {5, 7}, 21)) < 1e-6);
   }
@@ -156,7 +156,7 @@ void random_cases(const M& mesh) {
     using P = gs::Sharded<D, M, "A:x K:y">;
     using W = gs::Sharded<D, M, "K:y B">;
     auto f = [&](const P& p, const W& w) {
-      return gs::einsum<"AB,AB->">(gs::tanh(gs::dropout(gs::einsum<"AK,KB->AB">(p, w), 0.4, 12)), r)
+      return gs::einsum<"AB,AB->">(gs::tanh(gs::dropout(gs::einsum<"AK,KB->AB">(p, w), 12, 0.4)), r)
           .eval();
     };
     CHECK(fd_relative_error(f, make<P>(mesh, {5, 3}, 22), make<W>(mesh, {3, 7}, 23)) < 1e-6);
@@ -164,13 +164,13 @@ void random_cases(const M& mesh) {
   // 3. uniform_noise (additive), on a plain and on a pending partial input.
   {
     auto f = [&](const X& x) {
-      return gs::einsum<"AB,AB->">(gs::uniform_noise(x * x, -0.5, 0.5, 13), r).eval();
+      return gs::einsum<"AB,AB->">(gs::uniform_noise(x * x, 13, -0.5, 0.5), r).eval();
     };
     CHECK(fd_relative_error(f, make<X>(mesh, {5, 7}, 24)) < 1e-6);
     using P = gs::Sharded<D, M, "A:x K:y">;
     using W = gs::Sharded<D, M, "K:y B">;
     auto g = [&](const P& p, const W& w) {
-      auto y = gs::uniform_noise(gs::einsum<"AK,KB->AB">(p, w), 0.0, 2.0, 14);
+      auto y = gs::uniform_noise(gs::einsum<"AK,KB->AB">(p, w), 14, 0.0, 2.0);
       return gs::einsum<"AB,AB->">(gs::sigmoid(y), r).eval();
     };
     CHECK(fd_relative_error(g, make<P>(mesh, {5, 3}, 25), make<W>(mesh, {3, 7}, 26)) < 1e-6);
@@ -214,9 +214,9 @@ TEST_CASE("the index backward kernels stay in the shards and do not communicate"
       const C ids = make_indices<C>(mesh, {3, 4}, 7, 1);
       const G g = make<G>(mesh, {3, 4, 5}, 2);
       gs::comm_counters().reset();
-      const auto r = gs::detail::take_cotangent<D, I>('V', 7, T::layout.dims[0],
-                                                      gs::detail::runtime_tensor(ids),
-                                                      gs::detail::runtime_tensor(g), mesh.state());
+      const auto r = gs::detail::take_cotangent<D, I>(
+          'V', 7, T::layout.dims[0], gs::detail::runtime_tensor(ids), gs::detail::runtime_tensor(g),
+          gshard::detail::mesh_state(mesh));
       CHECK(gs::comm_counters().total().calls == 0);
       CHECK(r.layout == T::layout);
       REQUIRE(static_cast<std::int64_t>(r.data.extent(0)) == T(mesh, {7, 5}).local_size());
@@ -239,8 +239,8 @@ TEST_CASE("the index backward kernels stay in the shards and do not communicate"
       const G g = make<G>(mesh, {6, 5}, 4);
       gs::comm_counters().reset();
       const auto r = gs::detail::scatter_add_cotangent<D, I>(
-          'V', gs::detail::runtime_tensor(ids), gs::detail::runtime_tensor(g), mesh.state(),
-          gs::detail::axis_name_list<M>());
+          'V', gs::detail::runtime_tensor(ids), gs::detail::runtime_tensor(g),
+          gshard::detail::mesh_state(mesh), gs::detail::axis_name_list<M>());
       CHECK(gs::comm_counters().total().calls == 0);
       CHECK(r.layout == X::layout);
       REQUIRE(static_cast<std::int64_t>(r.data.extent(0)) == X(mesh, {3, 2, 5}).local_size());

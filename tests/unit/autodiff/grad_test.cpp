@@ -205,10 +205,10 @@ std::vector<std::vector<float>> float_mlp_gradients(const M& mesh) {
   W1 w1 = gs::random_normal<W1>(mesh, {6, 10}, 2);
   W2 w2 = gs::random_normal<W2>(mesh, {10, 3}, 3);
   const R r = gs::random_normal<R>(mesh, {9, 3}, 4);
-  gs::track(w1, w2);
+  gs::track(std::tie(w1, w2));
   auto h = gs::relu(gs::einsum<"BI,IH->BH">(x, w1));
   const auto loss = gs::einsum<"BO,BO->">(gs::einsum<"BH,HO->BO">(h, w2), r).eval();
-  const auto [g1, g2] = gs::grad(loss, w1, w2);
+  const auto [g1, g2] = gs::grad(loss, std::tie(w1, w2));
   return {g1.to_global(), g2.to_global()};
 }
 
@@ -243,13 +243,13 @@ TEST_CASE("cast passes gradients through, converted to each side's element type"
     D xd = gs::random_normal<D>(mesh, {5, 3}, 2);
     const D r = gs::random_normal<D>(mesh, {5, 3}, 3);
     const F rf = gs::random_normal<F>(mesh, {5, 3}, 4);
-    gs::track(xf, xd);
+    gs::track(std::tie(xf, xd));
     // d/dxf sum(cast<double>(xf)^2 r) = 2 xf r; d/dxd sum(cast<float>(xd) rf) = rf.
     const auto a = gs::cast<double>(xf);
     const auto loss = (gs::einsum<"AB,AB->">(a * a, r) +
                        gs::cast<double>(gs::einsum<"AB,AB->">(gs::cast<float>(xd), rf)))
                           .eval();
-    const auto [gf, gd] = gs::grad(loss, xf, xd);
+    const auto [gf, gd] = gs::grad(loss, std::tie(xf, xd));
     const std::vector<float> xv = xf.to_global(), gfv = gf.to_global(), rfv = rf.to_global();
     const std::vector<double> gdv = gd.to_global(), rv = r.to_global();
     double err = 0;
@@ -281,24 +281,32 @@ TEST_CASE("graph use: once per forward, tracked parameters only, on every rank a
   }
   CHECK(why.find("already used by an earlier grad()") != std::string::npos);
   why.clear();
+  // Argument errors name the caller's line (grad's defaulted source_location).
+  const auto exp_x = gs::einsum<"AB,AB->">(gs::exp(x), plain).eval();
+  int line = __LINE__ + 2;
   try {
-    (void)gs::grad(gs::einsum<"AB,AB->">(gs::exp(x), plain).eval(), plain);
+    (void)gs::grad(exp_x, std::tie(x, plain));
   } catch (const gs::Error& e) {
     why = e.what();
   }
+  CHECK(why.find("parameter 1") != std::string::npos);
   CHECK(why.find("is not tracked") != std::string::npos);
+  CHECK(why.ends_with("(at grad_test.cpp:" + std::to_string(line) + ")"));
   why.clear();
   try {
     gs::NoGrad off;
-    (void)gs::grad(gs::einsum<"AB,AB->">(gs::exp(x), plain).eval(), x);
+    const auto untracked = gs::einsum<"AB,AB->">(gs::exp(x), plain).eval();
+    line = __LINE__ + 1;
+    (void)gs::grad(untracked, x);
   } catch (const gs::Error& e) {
     why = e.what();
   }
   CHECK(why.find("does not depend on any tracked tensor") != std::string::npos);
+  CHECK(why.ends_with("(at grad_test.cpp:" + std::to_string(line) + ")"));
   // A parameter the loss does not use gets a zero gradient.
   X unused = make<X>(mesh, {5, 3}, 3);
   gs::track(unused);
-  const auto [gx, gu] = gs::grad(gs::einsum<"AB,AB->">(x * x, plain).eval(), x, unused);
+  const auto [gx, gu] = gs::grad(gs::einsum<"AB,AB->">(x * x, plain).eval(), std::tie(x, unused));
   for (double v : gu.to_global()) CHECK(v == 0.0);
   const auto xv = x.to_global(), pv = plain.to_global(), gv = gx.to_global();
   for (std::size_t i = 0; i < xv.size(); ++i) CHECK(std::abs(gv[i] - 2 * xv[i] * pv[i]) < 1e-12);
@@ -350,7 +358,7 @@ TEST_CASE("a 2-layer MLP trains to a teacher's function with Adam") {
   // A small start (as usual initialisations) keeps tanh out of saturation.
   W1 w1 = gs::random_normal<W1>(mesh, {3, 8}, 4) * 0.3;
   W2 w2 = gs::random_normal<W2>(mesh, {8, 2}, 5) * 0.3;
-  gs::track(w1, w2);
+  gs::track(std::tie(w1, w2));
   const int steps = 1500;
   gs::nn::Adam opt({.learning_rate = gs::nn::cosine(0.02, 10, steps)});
   double first = 0, last = 0;
@@ -358,7 +366,7 @@ TEST_CASE("a 2-layer MLP trains to a teacher's function with Adam") {
     auto out = gs::einsum<"BH,HO->BO">(gs::tanh(gs::einsum<"BI,IH->BH">(x, w1)), w2);
     auto err = out - y;
     const auto loss = (gs::einsum<"BO,BO->">(err, err) * (1.0 / 64)).eval();
-    auto [g1, g2] = gs::grad(loss, w1, w2);
+    auto [g1, g2] = gs::grad(loss, std::tie(w1, w2));
     const double l = loss.to_global()[0];
     if (step == 0) first = l;
     last = l;

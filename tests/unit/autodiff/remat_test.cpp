@@ -46,9 +46,9 @@ void checkpoint_cases(const M& mesh) {
   const W2 fixed2 = make<W2>(mesh, {7, 3}, 3);
   auto f = [&](const H& x, const W1& w1, const W2& w2) {
     auto step = [](const H& h, const W1& a, const W2& b) { return block(h, a, b); };
-    H h = gs::checkpoint(step, x, w1, w2);
-    h = gs::checkpoint([&](const H& in) { return gs::checkpoint(step, in, fixed1, fixed2) * 0.5; },
-                       h);
+    H h = gs::checkpoint(step, std::tie(x, w1, w2));
+    h = gs::checkpoint(
+        [&](const H& in) { return gs::checkpoint(step, std::tie(in, fixed1, fixed2)) * 0.5; }, h);
     return gs::einsum<"BD,BD->">(h, r).eval();
   };
   CHECK(fd_relative_error(f, make<H>(mesh, {5, 3}, 4), make<W1>(mesh, {3, 7}, 5),
@@ -75,7 +75,7 @@ struct Deep {
     for (int l = 0; l < layers; ++l) {
       w1.push_back(gs::random_normal<W1>(mesh, {d, f}, 10 + 2 * static_cast<unsigned>(l)) * 0.2);
       w2.push_back(gs::random_normal<W2>(mesh, {f, d}, 11 + 2 * static_cast<unsigned>(l)) * 0.2);
-      gs::track(w1.back(), w2.back());
+      gs::track(std::tie(w1.back(), w2.back()));
     }
   }
   [[nodiscard]] auto loss(bool remat) const {
@@ -83,8 +83,8 @@ struct Deep {
     for (int l = 0; l < layers; ++l) {
       const auto i = static_cast<std::size_t>(l);
       if (remat)
-        h = gs::checkpoint([](const H& a, const W1& b, const W2& c) { return block(a, b, c); }, h,
-                           w1[i], w2[i]);
+        h = gs::checkpoint([](const H& a, const W1& b, const W2& c) { return block(a, b, c); },
+                           std::tie(h, w1[i], w2[i]));
       else
         h = block(h, w1[i], w2[i]);
     }
@@ -95,7 +95,7 @@ struct Deep {
     std::vector<std::vector<double>> out;
     for (int l = 0; l < layers; ++l) {
       const auto i = static_cast<std::size_t>(l);
-      const auto [g1, g2] = gs::grad(loss(remat), w1[i], w2[i]);
+      const auto [g1, g2] = gs::grad(loss(remat), std::tie(w1[i], w2[i]));
       out.push_back(g1.to_global());
       out.push_back(g2.to_global());
     }
@@ -128,11 +128,11 @@ TEST_CASE("a block that reads a tracked tensor it was not given is refused on ev
   using H = gs::Sharded<double, M, "B:x D">;
   H x = make<H>(mesh, {6, 3}, 1);
   H w = make<H>(mesh, {6, 3}, 2);
-  gs::track(x, w);
+  gs::track(std::tie(x, w));
   const auto y = gs::checkpoint([&](const H& a) { return a * w; }, x);
   std::string why;
   try {
-    (void)gs::grad(gs::einsum<"BD->">(y).eval(), x, w);
+    (void)gs::grad(gs::einsum<"BD->">(y).eval(), std::tie(x, w));
   } catch (const gs::Error& e) {
     why = e.what();
   }
@@ -157,7 +157,7 @@ Peak measure(const Deep<M>& net, bool remat) {
     p.forward_kept = mem.live_bytes() - base;
     mem.reset_peak();
     {
-      const auto g = gs::grad(l, net.w1[0], net.w2[0], net.w1[15], net.w2[15]);
+      const auto g = gs::grad(l, std::tie(net.w1[0], net.w2[0], net.w1[15], net.w2[15]));
       p.backward_peak = mem.peak_bytes() - base;
     }
   }

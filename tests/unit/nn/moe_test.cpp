@@ -134,9 +134,9 @@ template <class M>
 std::vector<std::vector<double>> gradients(const M& mesh, const Case& c, bool dense) {
   Inputs<M> in(mesh, c);
   const auto r = make<typename Types<M>::X>(mesh, {c.g, c.s, c.m}, 9);
-  gs::track(in.x, in.wg, in.wi, in.wo);
-  const auto g =
-      gs::grad(loss_function<M>(c, dense, r)(in.x, in.wg, in.wi, in.wo), in.x, in.wg, in.wi, in.wo);
+  gs::track(std::tie(in.x, in.wg, in.wi, in.wo));
+  const auto g = gs::grad(loss_function<M>(c, dense, r)(in.x, in.wg, in.wi, in.wo),
+                          std::tie(in.x, in.wg, in.wi, in.wo));
   return {std::get<0>(g).to_global(), std::get<1>(g).to_global(), std::get<2>(g).to_global(),
           std::get<3>(g).to_global()};
 }

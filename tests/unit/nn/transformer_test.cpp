@@ -176,13 +176,13 @@ LmResult lm_run(const MeshT& mesh, const gs::nn::TransformerConfig& c, std::int6
   Model model = Model::init(mesh, c, 42);
   const auto tokens = token_tensor<typename Model::Tokens>(mesh, B, S, c.vocab, 1);
   const auto targets = token_tensor<typename Model::Tokens>(mesh, B, S, c.vocab, 2);
-  std::apply([](auto&... p) { gs::track(p...); }, model.params());
+  gs::track(model.params());
   const auto l = model.loss(tokens, targets, 5);
   LmResult r;
   r.losses = {l.total.to_global()[0], l.cross_entropy.to_global()[0], l.aux_loss.to_global()[0],
               l.z_loss.to_global()[0]};
   r.stats = l.stats;
-  const auto g = std::apply([&](auto&... p) { return gs::grad(l.total, p...); }, model.params());
+  const auto g = gs::grad(l.total, model.params());
   std::apply([&](const auto&... gi) { (r.grads.push_back(gi.to_global()), ...); }, g);
   return r;
 }
@@ -420,10 +420,10 @@ std::vector<double> train(const MeshT& mesh, int steps) {
   gs::nn::Adam adam({.learning_rate = 1e-2});
   std::vector<double> losses;
   for (int step = 0; step < steps; ++step) {
-    std::apply([](auto&... p) { gs::track(p...); }, model.params());
+    gs::track(model.params());
     const auto l = model.loss(tokens, targets, static_cast<std::uint64_t>(step));
     losses.push_back(l.cross_entropy.to_global()[0]);
-    auto g = std::apply([&](auto&... p) { return gs::grad(l.total, p...); }, model.params());
+    auto g = gs::grad(l.total, model.params());
     adam.step(model.params(), std::apply([](auto&... gi) { return std::tie(gi...); }, g));
   }
   return losses;

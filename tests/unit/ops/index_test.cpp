@@ -724,10 +724,12 @@ TEST_CASE("out-of-range indices and disagreeing sizes throw gshard::Error on eve
         gshard::full<gshard::Sharded<std::int32_t, M, "B D">>(mesh, {2, 3}, 0));
     const auto names = gshard::detail::axis_name_list<M>();
     CHECK(message_of([&] {
-            (void)gshard::detail::take_runtime<double>('Q', mesh.state(), names, rt, ri);
+            (void)gshard::detail::take_runtime<double>('Q', gshard::detail::mesh_state(mesh), names,
+                                                       rt, ri);
           }).find("no label 'Q'") != std::string::npos);
     CHECK(message_of([&] {
-            (void)gshard::detail::take_runtime<double>('V', mesh.state(), names, rt, ri);
+            (void)gshard::detail::take_runtime<double>('V', gshard::detail::mesh_state(mesh), names,
+                                                       rt, ri);
           }).find("'D' is in both") != std::string::npos);
   }
 }

@@ -469,7 +469,8 @@ TEST_CASE("normalizations: run-time mistakes throw gshard::Error on every rank")
     int threw = 0;
     try {
       (void)gshard::detail::normalize_runtime<double>(Normalization::layer_norm, label,
-                                                      mesh.state(), names, rx, 1e-5, gain, nullptr);
+                                                      gshard::detail::mesh_state(mesh), names, rx,
+                                                      1e-5, gain, nullptr);
     } catch (const gshard::Error& e) {
       m = e.what();
       threw = 1;

@@ -302,8 +302,8 @@ TEST_CASE("dropout and noise, typed: the same values on every mesh as on a singl
   const int n = world_size();
   const Shape shape{7, 5, 3};
   const std::vector<double> global = random_global(7 * 5 * 3, 41, 0, false);
-  auto drop = [](const auto& x) { return gshard::dropout(x, 0.3, 1234); };
-  auto noise = [](const auto& x) { return gshard::uniform_noise(x, -0.5, 0.5, 99); };
+  auto drop = [](const auto& x) { return gshard::dropout(x, 1234, 0.3); };
+  auto noise = [](const auto& x) { return gshard::uniform_noise(x, 99, -0.5, 0.5); };
   const std::vector<double> want_drop = single_rank<"G S D">(shape, global, drop);
   const std::vector<double> want_noise = single_rank<"G S D">(shape, global, noise);
   // The single-rank result is the naive formula, and its mask is random_uniform's values.
@@ -328,18 +328,18 @@ TEST_CASE("dropout and noise, typed: the same values on every mesh as on a singl
     const auto b =
         gshard::from_global<gshard::Sharded<double, M, "G S:y*x D">>(mesh, shape, global);
     gshard::comm_counters().reset();
-    const auto da = gshard::dropout(a, 0.3, 1234);
-    const auto db = gshard::dropout(b, 0.3, 1234);
-    const auto na = gshard::uniform_noise(a, -0.5, 0.5, 99);
+    const auto da = gshard::dropout(a, 1234, 0.3);
+    const auto db = gshard::dropout(b, 1234, 0.3);
+    const auto na = gshard::uniform_noise(a, 99, -0.5, 0.5);
     CHECK(gshard::comm_counters().total().calls == 0);
     static_assert(std::is_same_v<decltype(da), const gshard::Sharded<double, M, "G:x S D:y">>);
     CHECK(da.to_global() == want_drop);
     CHECK(db.to_global() == want_drop);
     CHECK(na.to_global() == want_noise);
     // A lazy input: the expression is evaluated, then dropped out.
-    CHECK(gshard::dropout(a + a, 0.3, 1234).to_global() ==
+    CHECK(gshard::dropout(a + a, 1234, 0.3).to_global() ==
           single_rank<"G S D">(shape, global,
-                               [&](const auto& x) { return gshard::dropout(x + x, 0.3, 1234); }));
+                               [&](const auto& x) { return gshard::dropout(x + x, 1234, 0.3); }));
     // random_*_like: the same values as random_uniform / random_normal of that layout.
     const auto ul = gshard::random_uniform_like(a, 5, -1.0, 2.0);
     CHECK(ul.to_global() ==
@@ -358,7 +358,7 @@ TEST_CASE("dropout of a pending partial sum stays partial, every copy with the s
   const Shape shape{6, 5};
   const std::vector<double> global = random_global(30, 43, 0, false);
   const std::vector<double> want =
-      single_rank<"I J">(shape, global, [](const auto& x) { return gshard::dropout(x, 0.5, 7); });
+      single_rank<"I J">(shape, global, [](const auto& x) { return gshard::dropout(x, 7, 0.5); });
   for (int ax = 1; ax <= n; ++ax) {
     if (n % ax != 0) continue;
     const M mesh(MPI_COMM_WORLD, {ax, n / ax});
@@ -369,7 +369,7 @@ TEST_CASE("dropout of a pending partial sum stays partial, every copy with the s
     const P x(mesh, shape,
               device_copy(shard_of<double>(P::layout, shape, global, grid, 17, false)));
     gshard::comm_counters().reset();
-    const auto d = gshard::dropout(x, 0.5, 7);
+    const auto d = gshard::dropout(x, 7, 0.5);
     static_assert(std::is_same_v<decltype(d), const P>);
     CHECK(gshard::comm_counters().total().calls == 0);
     const std::vector<double> got = d.to_global();  // sums the copies
@@ -377,10 +377,10 @@ TEST_CASE("dropout of a pending partial sum stays partial, every copy with the s
     for (std::size_t i = 0; i < got.size(); ++i)
       CHECK(std::abs(got[i] - want[i]) <= 1e-12 * (4 + std::abs(want[i])));
     // Noise on a pending sum is added once.
-    const auto nz = gshard::uniform_noise(x, 0.0, 1.0, 3);
+    const auto nz = gshard::uniform_noise(x, 3, 0.0, 1.0);
     static_assert(std::is_same_v<decltype(nz), const P>);
     const std::vector<double> want_nz = single_rank<"I J">(
-        shape, global, [](const auto& y) { return gshard::uniform_noise(y, 0.0, 1.0, 3); });
+        shape, global, [](const auto& y) { return gshard::uniform_noise(y, 3, 0.0, 1.0); });
     const std::vector<double> got_nz = nz.to_global();
     for (std::size_t i = 0; i < got_nz.size(); ++i)
       CHECK(std::abs(got_nz[i] - want_nz[i]) <= 1e-12 * (4 + std::abs(want_nz[i])));
@@ -398,7 +398,7 @@ TEST_CASE("random ops: bad rates and ranges throw gshard::Error on every rank") 
     int threw = 0;
     std::string msg;
     try {
-      (void)gshard::dropout(x, rate, 1);
+      (void)gshard::dropout(x, 1, rate);
     } catch (const gshard::Error& e) {
       threw = 1;
       msg = e.what();
@@ -412,11 +412,11 @@ TEST_CASE("random ops: bad rates and ranges throw gshard::Error on every rank") 
   }
   int threw = 0;
   try {
-    (void)gshard::uniform_noise(x, 1.0f, 1.0f, 1);
+    (void)gshard::uniform_noise(x, 1, 1.0f, 1.0f);
   } catch (const gshard::Error& e) {
     threw = std::string(e.what()).find("is empty") != std::string::npos ? 1 : 0;
   }
   CHECK(threw == 1);
   // Rate 0 keeps everything unchanged.
-  CHECK(gshard::dropout(x, 0.0, 5).to_global() == x.to_global());
+  CHECK(gshard::dropout(x, 5, 0.0).to_global() == x.to_global());
 }

@@ -545,7 +545,8 @@ TEST_CASE("reductions: run-time mistakes throw gshard::Error naming op, labels, 
     std::string m;
     int threw = 0;
     try {
-      (void)gshard::detail::reduce_runtime<double>(k, labels, mesh.state(), names, rt);
+      (void)gshard::detail::reduce_runtime<double>(k, labels, gshard::detail::mesh_state(mesh),
+                                                   names, rt);
     } catch (const gshard::Error& e) {
       m = e.what();
       threw = 1;

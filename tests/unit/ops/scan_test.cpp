@@ -415,7 +415,7 @@ TEST_CASE("cumsum errors: an unknown label and pending max partials throw on eve
   gshard::comm_counters().reset();
   try {
     (void)gshard::detail::cumsum_runtime(gshard::detail::runtime_tensor(x), 'Q', false,
-                                         mesh.state(), names);
+                                         gshard::detail::mesh_state(mesh), names);
   } catch (const gshard::Error& e) {
     message = e.what();
   }

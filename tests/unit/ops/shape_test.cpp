@@ -936,7 +936,7 @@ TEST_CASE("shape op mistakes at run time throw gshard::Error naming op, sizes an
   const auto rx = gshard::detail::runtime_tensor(x);
   check_throws(
       [&] {
-        (void)gshard::detail::merge_runtime<double>(rx, "SQ", 'T', mesh.state(),
+        (void)gshard::detail::merge_runtime<double>(rx, "SQ", 'T', gshard::detail::mesh_state(mesh),
                                                     gshard::detail::axis_name_list<M>());
       },
       {"merge<\"SQ\", \"T\">", "'Q'"});

@@ -439,18 +439,20 @@ TEST_CASE("take_along and scatter_add_along errors are the same on every rank") 
     const auto rs =
         gs::detail::runtime_tensor(gs::full<gs::Sharded<std::int32_t, M, "B S">>(mesh, {2, S}, 0));
     CHECK(message_of([&] {
-            (void)gs::detail::take_along_runtime<double>('Q', mesh.state(), names, rt, rs);
+            (void)gs::detail::take_along_runtime<double>('Q', gshard::detail::mesh_state(mesh),
+                                                         names, rt, rs);
           }).find("no label 'Q'") != std::string::npos);
     CHECK(message_of([&] {
-            (void)gs::detail::take_along_runtime<double>('S', mesh.state(), names, rt, rs);
+            (void)gs::detail::take_along_runtime<double>('S', gshard::detail::mesh_state(mesh),
+                                                         names, rt, rs);
           }).find("also a label of the indices") != std::string::npos);
     const auto rx =
         gs::detail::runtime_tensor(gs::full<gs::Sharded<double, M, "B D">>(mesh, {2, D}, 1.0));
     const auto rb =
         gs::detail::runtime_tensor(gs::full<gs::Sharded<std::int32_t, M, "B">>(mesh, {2}, 0));
     CHECK(message_of([&] {
-            (void)gs::detail::scatter_add_along_runtime<double>('S', "D", S, mesh.state(), names,
-                                                                rx, rb);
+            (void)gs::detail::scatter_add_along_runtime<double>(
+                'S', "D", S, gshard::detail::mesh_state(mesh), names, rx, rb);
           }).find("batch label 'D' is not a label of the indices") != std::string::npos);
   }
 }

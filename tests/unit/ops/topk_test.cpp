@@ -596,18 +596,21 @@ TEST_CASE("top_k / one_hot errors: bad k, unknown or taken labels, bad size, on 
   everywhere(message_of([&] { (void)gshard::top_k<"S", "K">(x, 6); }), "k = 6 over 'S'");
   const auto rx = gshard::detail::runtime_tensor(x);
   everywhere(message_of([&] {
-               (void)gshard::detail::top_k_runtime(rx, 'Q', 'K', 1, mesh.state(), names);
+               (void)gshard::detail::top_k_runtime(rx, 'Q', 'K', 1,
+                                                   gshard::detail::mesh_state(mesh), names);
              }),
              "gshard::top_k: label 'Q' is not in the input");
   everywhere(message_of([&] {
-               (void)gshard::detail::top_k_runtime(rx, 'S', 'B', 1, mesh.state(), names);
+               (void)gshard::detail::top_k_runtime(rx, 'S', 'B', 1,
+                                                   gshard::detail::mesh_state(mesh), names);
              }),
              "gshard::top_k: the new label 'B' is already a label of the input");
   everywhere(message_of([&] { (void)gshard::one_hot<"E">(idx, 0); }),
              "gshard::one_hot: size 0 of 'E' for indices \"B S:y\" (global shape [2, 5])");
   const auto ri = gshard::detail::runtime_tensor(idx);
   everywhere(message_of([&] {
-               (void)gshard::detail::one_hot_runtime<float>(ri, 'S', 3, mesh.state(), names);
+               (void)gshard::detail::one_hot_runtime<float>(
+                   ri, 'S', 3, gshard::detail::mesh_state(mesh), names);
              }),
              "gshard::one_hot: the new label 'S' for indices \"B S:y\"");
   CHECK(gshard::comm_counters().total().calls == 0);  // every check precedes communication

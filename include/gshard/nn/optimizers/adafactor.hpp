@@ -20,7 +20,7 @@
 #include "../../kernels/math.hpp"
 #include "../../spmd/reshard.hpp"
 #include "../../tensor/local_index.hpp"
-#include "../clip.hpp"
+#include "../mesh_sums.hpp"
 #include "driver.hpp"
 
 namespace gshard::nn {

@@ -138,7 +138,7 @@ class Driver {
       throw Error(op, "the gradient of " + parameter_text(i, p.describe()) + " has global shape " +
                           gshard::detail::shape_string(g.shape()) + "; it must be " +
                           gshard::detail::shape_string(p.shape()));
-    if (&g.mesh().state() != &p.mesh().state())
+    if (&gshard::detail::mesh_state(g.mesh()) != &gshard::detail::mesh_state(p.mesh()))
       throw Error(op, "the gradient of " + parameter_text(i, p.describe()) +
                           " lives on another mesh than the parameter");
     if (steps_ == 0) return;

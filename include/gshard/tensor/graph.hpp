@@ -5,8 +5,8 @@
 // a closure computing its inputs' cotangents from its own; the closure captures exactly the
 // values the backward needs, and the driver (autodiff/grad.hpp) drops it once it has run.
 //
-// Depends on core, mesh, comm and the shard geometry only, so that tensor/ can hold nodes; the
-// driver, which reshards cotangents, sits above ops/.
+// Lives in tensor/ because every tensor holds its node; the driver, which reshards cotangents,
+// sits above ops/ (autodiff/grad.hpp).
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 #include <functional>
@@ -20,7 +20,7 @@
 #include "../comm/collectives.hpp"
 #include "../core/layout.hpp"
 #include "../mesh/mesh.hpp"
-#include "../tensor/geometry.hpp"
+#include "geometry.hpp"
 
 namespace gshard {
 
@@ -115,7 +115,7 @@ std::shared_ptr<GradNode> make_node(const MeshT& mesh, std::string op, std::sour
   n->where = where;
   n->site = user_site_state();
   if (n->site.file == nullptr) n->site = {where.file_name(), where.line()};
-  n->mesh = mesh.state_handle();
+  n->mesh = detail::mesh_state_handle(mesh);
   n->axis_names = mesh_axis_names<MeshT>();
   n->layout = layout;
   n->shape = shape;

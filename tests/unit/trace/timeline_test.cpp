@@ -17,7 +17,7 @@
 #include "mpi_test.hpp"
 // clang-format off
 #include <gshard/autodiff/grad.hpp>
-#include <gshard/io/trace.hpp>
+#include <gshard/trace/timeline.hpp>
 #include <gshard/ops/reduce.hpp>
 // clang-format on
 #include "op_checks.hpp"
