@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Compile time of each example and of the largest test file (by source size), one at a time,
 with the exact commands of a configured build (its compile_commands.json), object files written
-to a scratch directory. Regenerates the compile-table block of docs/performance.md.
+to a scratch directory; then the parse time (-fsyntax-only, with the main job's flags) of each
+layer header alone and of bench/compile_probe.cpp (a mesh, two tensors, one einsum) with the
+smallest header that serves it and with gshard.hpp. Regenerates the compile-table block of
+docs/performance.md.
 
 Usage: compile_times.py [--build build/release] [--doc docs/performance.md] [--csv FILE] [--reps N]
 """
@@ -60,6 +63,33 @@ def main():
             kib = os.path.getsize(c["file"]) / 1024
             print(f"compile_times: {name} ({kib:.0f} KiB, {flags}): {t:.1f} s", flush=True)
             rows.append(dict(file=name, kib=f"{kib:.0f}", flags=flags, seconds=f"{t:.1f}"))
+        # Parse times: the main job's command, -fsyntax-only, one header (or the probe) at a time.
+        job = next((c for c in commands if c["file"].endswith("examples/moe_lm/main.cpp")), None)
+        if job:
+            base = [x for x in shlex.split(job["command"])
+                    if not x.startswith("-O") and x not in ("-c",) and not x.endswith("main.cpp")]
+            out = base.index("-o")
+            del base[out:out + 2]
+            probe = os.path.join(root, "bench", "compile_probe.cpp")
+            cases = [(f"`#include <gshard/{h}>`", ["-x", "c++", "-"], f"#include <gshard/{h}>\n")
+                     for h in ("gshard_fwd.hpp", "layouts.hpp", "tensor.hpp", "einsum.hpp",
+                               "gshard.hpp")]
+            cases += [(f"`bench/compile_probe.cpp` with `{h}`",
+                       [f"-DGSHARD_PROBE_HEADER=<gshard/{h}>", probe], None)
+                      for h in ("einsum.hpp", "gshard.hpp")]
+            for name, extra, stdin in cases:
+                times = []
+                for _ in range(max(a.reps, 3)):
+                    t0 = time.perf_counter()
+                    r = subprocess.run(base + ["-fsyntax-only"] + extra, cwd=job["directory"],
+                                       input=stdin, text=True, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL)
+                    times.append(time.perf_counter() - t0)
+                    if r.returncode != 0:
+                        break
+                seconds = f"{statistics.median(times):.2f}" if r.returncode == 0 else "n/a"
+                print(f"compile_times: {name} (-fsyntax-only): {seconds}", flush=True)
+                rows.append(dict(file=name, kib="", flags="-fsyntax-only", seconds=seconds))
     if a.csv:
         with open(a.csv, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=["file", "kib", "flags", "seconds"])
@@ -72,9 +102,11 @@ def main():
     except (OSError, StopIteration):
         pass
     text = [BEGIN, "", f"Run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {cpu}, one "
-            f"compile at a time, median of {a.reps}; the last row is the largest test source.", "",
+            f"compile at a time, median of {a.reps} (parse rows: of 3 or more); after the examples, "
+            f"the largest test source, then parse-only rows.", "",
             "| file | source KiB | optimisation | seconds |", "|---|---|---|---|"]
-    text += [f"| `{r['file']}` | {r['kib']} | {r['flags']} | {r['seconds']} |" for r in rows]
+    text += [f"| {r['file'] if r['file'].startswith('`') else '`' + r['file'] + '`'} | {r['kib']} | "
+             f"{r['flags']} | {r['seconds']} |" for r in rows]
     text += ["", END]
     return write_block(a.doc, "\n".join(text), BEGIN, END, "compile_times")
 

@@ -43,7 +43,7 @@ auto evaluated(const E& e) {
 template <class... X>
 constexpr bool check_checkpoint_inputs() {
   if constexpr (sizeof...(X) == 0) {
-    return sizeof(autodiff_error::no_parameters<shown<fixed_string("checkpoint")>>) == 0;
+    return sizeof(autodiff_error::no_parameters<shown<fixed_string("checkpoint")>, X...>) == 0;
   } else {
     return ([] {
       if constexpr (is_sharded_v<X>)

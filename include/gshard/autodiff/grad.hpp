@@ -35,7 +35,7 @@ struct parameter_must_be_a_float_or_double_tensor {
                 "gshard autodiff: parameters are Sharded tensors of float or double (the call, "
                 "the type given)");
 };
-template <auto Op>
+template <auto Op, class... None>  // None: empty, keeps the instantiation dependent
 struct no_parameters {
   static_assert(always_false<no_parameters>,
                 "gshard autodiff: name the tensors to differentiate (or the block's inputs)");

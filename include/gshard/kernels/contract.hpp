@@ -5,13 +5,15 @@
 // already grouped that way; the product lands in the output directly when its order allows.
 //
 // GEMM back ends, one per execution space (GemmVendor): on a host execution space OpenBLAS through
-// CBLAS for float/double when the build found it (GSHARD_HAVE_CBLAS), Eigen otherwise (and for
-// integers, which BLAS lacks); cuBLAS under CUDA (GSHARD_HAVE_CUBLAS), hipBLAS under HIP
-// (GSHARD_HAVE_HIPBLAS); a Kokkos kernel where no vendor library serves.
+// CBLAS for float/double when the build found it (GSHARD_HAVE_CBLAS), Eigen in builds without
+// it; cuBLAS under CUDA (GSHARD_HAVE_CUBLAS), hipBLAS under HIP (GSHARD_HAVE_HIPBLAS); a Kokkos
+// kernel where no vendor library serves (integers, which BLAS lacks, in BLAS builds).
 #include <Kokkos_Core.hpp>
-// Eigen serves host execution spaces only; under a device backend it is left out (its CUDA
-// support would compile host-device code calling host functions).
-#if !defined(KOKKOS_ENABLE_CUDA) && !defined(KOKKOS_ENABLE_HIP) && !defined(KOKKOS_ENABLE_SYCL)
+// Eigen serves host execution spaces in builds without BLAS only: under a device backend its CUDA
+// support would compile host-device code calling host functions, and with BLAS its headers would
+// cost every translation unit about 0.4 s of parsing for the rare integer GEMM.
+#if !defined(KOKKOS_ENABLE_CUDA) && !defined(KOKKOS_ENABLE_HIP) && !defined(KOKKOS_ENABLE_SYCL) && \
+    !defined(GSHARD_HAVE_CBLAS)
 #define GSHARD_HOST_GEMM_EIGEN 1
 #include <Eigen/Core>
 #endif

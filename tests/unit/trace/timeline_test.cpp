@@ -37,7 +37,7 @@ std::vector<double> values(std::int64_t n, int salt) {
   return v;
 }
 
-std::string site(int line) { return "trace_test.cpp:" + std::to_string(line); }
+std::string site(int line) { return "timeline_test.cpp:" + std::to_string(line); }
 
 // The counters' collectives (calls, bytes) by kind and axes.
 std::map<Key, std::pair<std::int64_t, std::int64_t>> counted() {
@@ -204,7 +204,7 @@ TEST_CASE("trace: the Chrome trace file holds every rank's events") {
       if (e["cat"] == "collective") {
         CHECK(e["args"]["bytes"].get<long long>() >= 0);
         CHECK(!e["args"]["axes"].get<std::string>().empty());
-        CHECK(e["args"]["site"].get<std::string>().starts_with("trace_test.cpp:"));
+        CHECK(e["args"]["site"].get<std::string>().starts_with("timeline_test.cpp:"));
       }
     }
     for (int r = 0; r < world_size(); ++r) {

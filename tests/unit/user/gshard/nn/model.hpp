@@ -5,10 +5,8 @@
 
 namespace user_model {
 
-inline constexpr int bad_mesh_line = __LINE__ + 3;
+inline constexpr int bad_mesh_line = __LINE__ + 2;
 /// Builds a mesh one rank larger than the communicator: an Error at this line.
-inline void make_bad_mesh(int world) {
-  const gshard::Mesh<"x"> bad(MPI_COMM_WORLD, {world + 1});
-}
+inline void make_bad_mesh(int world) { const gshard::Mesh<"x"> bad(MPI_COMM_WORLD, {world + 1}); }
 
 }  // namespace user_model

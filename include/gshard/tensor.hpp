@@ -1,0 +1,10 @@
+#pragma once
+// Meshes and sharded tensors: Environment, Mesh, Sharded (creation, global I/O, uneven shards),
+// reshard and explain(plan), communication counters. Includes layouts.hpp.
+#include "comm/counters.hpp"
+#include "layouts.hpp"
+#include "mesh/environment.hpp"
+#include "mesh/mesh.hpp"
+#include "spmd/reshard.hpp"
+#include "tensor/creation.hpp"
+#include "tensor/sharded.hpp"
