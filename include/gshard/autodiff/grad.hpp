@@ -114,12 +114,9 @@ RuntimeTensor<T> bring_cotangent(const RuntimeTensor<T>& g, const Layout& need, 
   if (!same_label_set(g.layout, need))
     throw Error("grad", "internal: a cotangent with layout \"" +
                             layout_text(g.layout, n.axis_names) + "\" reached " + node_text(n));
-  const MeshState& mesh = *n.mesh;
-  const ReshardPlan plan = plan_reshard(g.layout, need, g.shape, mesh.sizes, mesh.coords,
-                                        n.axis_names, std::int64_t{sizeof(T)});
-  RuntimeTensor<T> out(need, shape_in(need, g.layout, g.shape), {}, ReduceOp::sum);
-  out.data = ReshardExecutor<T>(plan, mesh, ReduceOp::sum).run(g.data);
-  return out;
+  RuntimeTensor<T> s = g;
+  s.partial_op = ReduceOp::sum;
+  return reshard_runtime(s, need, *n.mesh, n.axis_names);
 }
 
 template <class T>

@@ -55,12 +55,7 @@ RuntimeTensor<T> einsum_runtime(std::string_view text, const EinsumSpec& spec,
       throw Error("einsum", "\"" + std::string(text) +
                                 "\": an operand holds pending max/min partials; finish them with "
                                 "reshard first");
-    if (t.layout == need) return t;
-    const ReshardPlan plan = plan_reshard(t.layout, need, t.shape, mesh.sizes, mesh.coords,
-                                          axis_names, std::int64_t{sizeof(T)});
-    RuntimeTensor<T> out{need, shape_in(need, t.layout, t.shape), {}, t.partial_op};
-    out.data = ReshardExecutor<T>(plan, mesh, t.partial_op).run(t.data);
-    return out;
+    return reshard_runtime(t, need, mesh, axis_names);
   };
   const RuntimeTensor<T> an = bring(a, rules.operands[0]);
   RuntimeTensor<T> out{rules.output, {}, {}, ReduceOp::sum};
@@ -85,11 +80,9 @@ template <class T>
 RuntimeTensor<T> bring_sum(const RuntimeTensor<T>& t, const Layout& need, const MeshState& mesh,
                            const std::vector<std::string>& axis_names) {
   if (t.layout == need) return t;
-  const ReshardPlan plan = plan_reshard(t.layout, need, t.shape, mesh.sizes, mesh.coords,
-                                        axis_names, std::int64_t{sizeof(T)});
-  RuntimeTensor<T> out(need, shape_in(need, t.layout, t.shape), {}, ReduceOp::sum);
-  out.data = ReshardExecutor<T>(plan, mesh, ReduceOp::sum).run(t.data);
-  return out;
+  RuntimeTensor<T> s = t;
+  s.partial_op = ReduceOp::sum;
+  return reshard_runtime(s, need, mesh, axis_names);
 }
 
 /// `g` broadcast along the labels of `target` it lacks, in target's dimensions (order and

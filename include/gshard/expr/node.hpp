@@ -177,13 +177,10 @@ RuntimeTensor<typename E::value_type> materialise_as(const E& e, const Layout& n
     for (const auto& v : NodeAccess::state(e).other_layouts)
       if (v.layout == need) return v;
   }
-  const MeshT& mesh = e.mesh();
-  const ReshardPlan plan =
-      plan_reshard(t.layout, need, t.shape, mesh.sizes(), mesh.coordinates(),
-                   axis_name_list<MeshT>(), static_cast<std::int64_t>(sizeof(T)));
   // The same global value in another layout: it keeps the node (see spmd reshard).
-  RuntimeTensor<T> out{need, shape_in(need, t.layout, t.shape), {}, t.partial_op, t.grad};
-  out.data = ReshardExecutor<T>(plan, detail::mesh_state(mesh), t.partial_op).run(t.data);
+  RuntimeTensor<T> out =
+      reshard_runtime(t, need, detail::mesh_state(e.mesh()), axis_name_list<MeshT>());
+  out.grad = t.grad;
   if constexpr (!is_sharded_v<E>) NodeAccess::state(e).other_layouts.push_back(out);
   return out;
 }
@@ -194,11 +191,9 @@ template <class T>
 RuntimeTensor<T> finish_pending(const RuntimeTensor<T>& x, const MeshState& mesh,
                                 const std::vector<std::string>& axis_names) {
   if (x.layout.partial_count == 0) return x;
-  const Layout need = finished_layout(x.layout);
-  const ReshardPlan plan = plan_reshard(x.layout, need, x.shape, mesh.sizes, mesh.coords,
-                                        axis_names, std::int64_t{sizeof(T)});
-  RuntimeTensor<T> out{need, x.shape, {}, ReduceOp::sum, x.grad};
-  out.data = ReshardExecutor<T>(plan, mesh, x.partial_op).run(x.data);
+  RuntimeTensor<T> out = reshard_runtime(x, finished_layout(x.layout), mesh, axis_names);
+  out.partial_op = ReduceOp::sum;  // nothing pending any more
+  out.grad = x.grad;               // the same value: it keeps the node
   return out;
 }
 

@@ -95,10 +95,7 @@ Kokkos::View<T*> parameter_block(const std::string& op, const char* what, const 
     throw Error(op, std::string("the ") + what + " must have the one label '" + need.dims[0].label +
                         "' of size " + std::to_string(size) + "; it is the " +
                         describe_input(p.layout, p.shape, axis_names, what));
-  if (p.layout == need) return p.data;
-  const ReshardPlan plan = plan_reshard(p.layout, need, p.shape, mesh.sizes, mesh.coords,
-                                        axis_names, std::int64_t{sizeof(T)});
-  return ReshardExecutor<T>(plan, mesh, p.partial_op).run(p.data);
+  return reshard_runtime(p, need, mesh, axis_names).data;
 }
 
 /// What the backward of layer_norm / rms_norm reads from the forward: per-row statistics (one

@@ -419,6 +419,21 @@ class ReshardExecutor {
   mutable Kokkos::View<T*> out_;  // the caller's buffer for the last step, if any
 };
 
+/// `t` in layout `need` (the same labels; any order, splits and partial axes), its partial op
+/// kept: the one run-time reshard that ops, the einsum engine and the backward pass call (nothing
+/// moves when the layouts agree). The result carries no autodiff node.
+template <class T>
+RuntimeTensor<T> reshard_runtime(const RuntimeTensor<T>& t, const Layout& need,
+                                 const MeshState& mesh,
+                                 const std::vector<std::string>& axis_names) {
+  if (t.layout == need) return t;
+  const ReshardPlan plan = plan_reshard(t.layout, need, t.shape, mesh.sizes, mesh.coords,
+                                        axis_names, static_cast<std::int64_t>(sizeof(T)));
+  RuntimeTensor<T> out(need, shape_in(need, t.layout, t.shape), {}, t.partial_op);
+  out.data = ReshardExecutor<T>(plan, mesh, t.partial_op).run(t.data);
+  return out;
+}
+
 template <class MeshT>
 std::vector<std::string> axis_name_list() {
   std::vector<std::string> names;

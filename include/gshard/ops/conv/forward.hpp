@@ -50,17 +50,6 @@ inline ConvWindow conv_make_window(const std::string& op, const std::string& inp
   return w;
 }
 
-template <class T>
-RuntimeTensor<T> conv_bring_to(const RuntimeTensor<T>& t, const Layout& need, const MeshState& mesh,
-                               const std::vector<std::string>& axis_names) {
-  if (t.layout == need) return t;
-  const ReshardPlan plan = plan_reshard(t.layout, need, t.shape, mesh.sizes, mesh.coords,
-                                        axis_names, std::int64_t{sizeof(T)});
-  RuntimeTensor<T> out{need, shape_in(need, t.layout, t.shape), {}, t.partial_op};
-  out.data = ReshardExecutor<T>(plan, mesh, t.partial_op).run(t.data);
-  return out;
-}
-
 /// The output's global shape (input order, windows resized) and its local block's geometry.
 struct ConvOutBlock {
   Shape shape, extents;
@@ -143,9 +132,9 @@ RuntimeTensor<T> conv_runtime(const std::string& op, const ConvSpec& spec, const
   }
   const ConvLayouts rules = infer_conv(spec, x.layout, w.layout);
   const RuntimeTensor<T> xi =
-      conv_bring_to(x, rules.input, mesh, axis_names);  // local slice at most
+      reshard_runtime(x, rules.input, mesh, axis_names);  // local slice at most
   // The weights' pending partials (sum, max or min) are finished on the way.
-  RuntimeTensor<T> wi = conv_bring_to(w, rules.weights, mesh, axis_names);
+  RuntimeTensor<T> wi = reshard_runtime(w, rules.weights, mesh, axis_names);
   wi.partial_op = ReduceOp::sum;
   const ConvHalo<T> h = conv_exchange_halo(xi.layout, xi.shape, xi.data, wins, mesh, axis_names);
   RuntimeTensor<T> out{rules.output, {}, {}, ReduceOp::sum};
@@ -258,7 +247,7 @@ RuntimeTensor<T> pool_runtime(const std::string& op, PoolKind kind, const ConvSp
         opt.stride[si] == 0 ? opt.window[si] : opt.stride[si], 1, Padding::valid));
   }
   const RuntimeTensor<T> xi =
-      conv_bring_to(x, infer_pool(x.layout, kind == PoolKind::max), mesh, axis_names);
+      reshard_runtime(x, infer_pool(x.layout, kind == PoolKind::max), mesh, axis_names);
   const ConvHalo<T> h = conv_exchange_halo(xi.layout, xi.shape, xi.data, wins, mesh, axis_names);
   RuntimeTensor<T> out{xi.layout, {}, {}, ReduceOp::sum};
   const ConvOutBlock ob = conv_out_block(xi.layout, xi.shape, wins, mesh);

@@ -35,11 +35,7 @@ RuntimeTensor<T> bring(const RuntimeTensor<T>& t, const Layout& need, const Mesh
   if (t.layout == need) return t;
   if (t.partial_op != ReduceOp::sum && need.partial_count > 0)
     throw Error(op, "an operand holds pending max/min partials; finish them with reshard first");
-  const ReshardPlan plan = plan_reshard(t.layout, need, t.shape, mesh.sizes, mesh.coords, names,
-                                        static_cast<std::int64_t>(sizeof(T)));
-  RuntimeTensor<T> out{need, shape_in(need, t.layout, t.shape), {}, t.partial_op};
-  out.data = ReshardExecutor<T>(plan, mesh, t.partial_op).run(t.data);
-  return out;
+  return reshard_runtime(t, need, mesh, names);
 }
 
 /// The non-trivial mesh axes (size > 1) that split some dimension of `l`, as a mask.

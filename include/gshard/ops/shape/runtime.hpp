@@ -29,11 +29,7 @@ RuntimeTensor<T> shape_bring(const RuntimeTensor<T>& t, const Layout& need, cons
     throw Error(op, "an operand " + quoted_layout(t.layout, axis_names) +
                         " holds pending max/min partials and would have to change them; finish "
                         "them with reshard first");
-  const ReshardPlan plan = plan_reshard(t.layout, need, t.shape, mesh.sizes, mesh.coords,
-                                        axis_names, static_cast<std::int64_t>(sizeof(T)));
-  RuntimeTensor<T> out{need, shape_in(need, t.layout, t.shape), {}, t.partial_op};
-  out.data = ReshardExecutor<T>(plan, mesh, t.partial_op).run(t.data);
-  return out;
+  return reshard_runtime(t, need, mesh, axis_names);
 }
 
 struct LineFrame {
