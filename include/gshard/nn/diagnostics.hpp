@@ -57,6 +57,12 @@ struct gradient_layout_differs_from_parameter {
                 "type, mesh and layout); reshard it to the parameter's layout first");
 };
 /// Optimizers: not one gradient per parameter.
+template <class Mesh>
+struct transformer_mesh_needs_data_and_expert_axes {
+  static_assert(always_false<transformer_mesh_needs_data_and_expert_axes>,
+                "gshard::nn::TransformerLM: the mesh needs axes named \"data\" and \"expert\" "
+                "(\"model\" optional); the mesh given is the argument");
+};
 template <auto Parameters, auto Gradients>
 struct one_gradient_per_parameter {
   static_assert(always_false<one_gradient_per_parameter>,

@@ -68,8 +68,13 @@ struct TransformerTypes {
   static constexpr int data = axis_index<MeshT>("data");
   static constexpr int expert = axis_index<MeshT>("expert");
   static constexpr int model = axis_index<MeshT>("model");
-  static_assert(data >= 0 && expert >= 0,
-                "gshard::nn transformer: the mesh needs axes named \"data\" and \"expert\"");
+  static constexpr bool axes_ok = [] {
+    if constexpr (data >= 0 && expert >= 0)
+      return true;
+    else
+      return sizeof(nn_error::transformer_mesh_needs_data_and_expert_axes<MeshT>) == 0;
+  }();
+  static_assert(axes_ok);
 
   static constexpr Layout batch(std::string_view labels) {
     return with_split(with_split(plain_layout(labels), 'B', data), 'B', expert);
