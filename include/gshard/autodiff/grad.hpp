@@ -350,15 +350,16 @@ std::tuple<std::remove_const_t<P>...> grad(
   if constexpr (!detail::differentiable_v<typename L::value_type>)
     static_assert(sizeof(autodiff_error::loss_must_be_floating_point<detail::shown<L::spec>,
                                                                      typename L::value_type>) == 0);
-  std::vector<detail::GradNode*> targets;
+  // A lazy loss evaluates at its own line; the argument checks name grad's caller.
   const auto value = [&] {
+    if constexpr (L::is_lazy)
+      return loss.eval();
+    else
+      return loss;
+  }();
+  std::vector<detail::GradNode*> targets;
+  {
     const detail::UserSite site(where);  // the checks only: backward ops name their own lines
-    auto v = [&] {
-      if constexpr (L::is_lazy)
-        return loss.eval();
-      else
-        return loss;
-    }();
     int i = 0;
     std::apply(
         [&](const auto&... ps) {
@@ -374,12 +375,11 @@ std::tuple<std::remove_const_t<P>...> grad(
               ...);
         },
         params);
-    if (!v.grad_node())
-      throw Error("grad", "the loss (" + v.describe() +
+    if (!value.grad_node())
+      throw Error("grad", "the loss (" + value.describe() +
                               ") does not depend on any tracked tensor: call gshard::track on the "
                               "parameters before the forward pass, outside gshard::NoGrad");
-    return v;
-  }();
+  }
   const auto cot = detail::backprop(value.grad_node(), detail::seed_of(value), targets);
   // Finishing the parameters' gradients (data parallelism's reduction) runs at the loss's line.
   const detail::GradNode& root = *value.grad_node();
