@@ -15,6 +15,11 @@
 #include <string>
 #include <vector>
 
+#include <gshard/comm/counters.hpp>
+#include <gshard/io/safetensors.hpp>
+#include <gshard/mesh/environment.hpp>
+#include <gshard/trace/timeline.hpp>
+
 #include "cli.hpp"
 #include "corpus.hpp"
 #include "report.hpp"
@@ -97,7 +102,7 @@ int run(int argc, char** argv, int rank, std::chrono::steady_clock::time_point s
   }
   const moe_lm::Corpus corpus = moe_lm::load_corpus();
   const moe_lm::MeshT mesh = moe_lm::make_mesh(o.mesh_shape);
-  moe_lm::Trainer<float> trainer(mesh, o);
+  moe_lm::Trainer trainer(mesh, o);
   if (root) {
     std::cout << "moe_lm: " << moe_lm::describe(o) << moe_lm::describe(corpus) << trainer.plan()
               << std::flush;

@@ -17,6 +17,8 @@
 #include <source_location>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "../core/error.hpp"
@@ -24,6 +26,7 @@
 #include "../ops/elementwise.hpp"
 #include "../ops/index.hpp"
 #include "../ops/normalize.hpp"
+#include "../ops/random.hpp"
 #include "../ops/reduce.hpp"
 #include "../ops/shape.hpp"
 #include "../ops/topk.hpp"
@@ -226,52 +229,78 @@ Routing<T> route(const Kokkos::View<T*>& gates, const Kokkos::View<T*>& u, std::
 
 }  // namespace detail
 
-/// The MoE layer: x "G S M" (tokens in groups), the router wg "M E", the experts' weights
-/// wi "E M H" and wo "E H M" (E split over the expert axis or axes; any other splits are the
-/// einsum rules' business). Collective over the mesh. Differentiable in x, wg, wi and wo.
-template <class X, class Wg, class Wi, class Wo>
-auto moe(const X& x, const Wg& wg, const Wi& wi, const Wo& wo, const MoeOptions& opt = {},
-         std::source_location where = std::source_location::current()) {
-  const gshard::detail::UserSite site(where, "nn::moe");
-  using T = typename X::value_type;
-  using MeshT = typename X::mesh_type;
+namespace detail {
+
+// Compile-time checks of the layer's operands, named in the user's terms.
+template <class X, class Wg>
+constexpr void check_route_operands() {
   using gshard::detail::shown;
-  if constexpr (!(detail::has_labels(X::layout, "GSM") && X::layout.find('S') == 1 &&
+  if constexpr (!(has_labels(X::layout, "GSM") && X::layout.find('S') == 1 &&
                   X::layout.find('G') == 0)) {
     static_assert(sizeof(nn_error::moe_operand_labels<shown<fixed_string("x")>, shown<X::spec>,
                                                       shown<fixed_string("G S M")>>) == 0);
-  } else if constexpr (!detail::has_labels(Wg::layout, "ME")) {
+  } else if constexpr (!has_labels(Wg::layout, "ME")) {
     static_assert(sizeof(nn_error::moe_operand_labels<shown<fixed_string("wg")>, shown<Wg::spec>,
                                                       shown<fixed_string("M E")>>) == 0);
-  } else if constexpr (!(detail::has_labels(Wi::layout, "EMH") && Wi::layout.find('E') == 0)) {
-    static_assert(sizeof(nn_error::moe_operand_labels<shown<fixed_string("wi")>, shown<Wi::spec>,
-                                                      shown<fixed_string("E M H")>>) == 0);
-  } else if constexpr (!(detail::has_labels(Wo::layout, "EHM") && Wo::layout.find('E') == 0)) {
-    static_assert(sizeof(nn_error::moe_operand_labels<shown<fixed_string("wo")>, shown<Wo::spec>,
-                                                      shown<fixed_string("E H M")>>) == 0);
   } else if constexpr (X::layout.dims[1].axis_count != 0) {
     static_assert(sizeof(nn_error::moe_tokens_split_along_S<shown<X::spec>>) == 0);
   } else if constexpr (X::layout.partial_count != 0) {
     static_assert(sizeof(nn_error::moe_tokens_hold_partial_sums<shown<X::spec>>) == 0);
   }
+}
 
-  constexpr Layout gse = detail::group_layout(X::layout, "GSE");
-  constexpr Layout gsk = detail::group_layout(X::layout, "GSK");
-  constexpr Layout gec = detail::group_layout(X::layout, "GEC");
-  constexpr Layout ge = detail::group_layout(X::layout, "GE");
-  constexpr Layout gs_ = detail::group_layout(X::layout, "GS");
-  constexpr Layout gecm = detail::group_layout(X::layout, "GECM");
-  constexpr Layout ecgm = detail::expert_layout(X::layout, Wi::layout, 'M');
-  using Gates = detail::SpecTensor<T, MeshT, gse>;
-  using PerChoice = detail::SpecTensor<T, MeshT, gsk>;
-  using ChoiceIndex = detail::SpecTensor<std::int64_t, MeshT, gsk>;
-  using SlotToken = detail::SpecTensor<std::int64_t, MeshT, gec>;
-  using PerExpert = detail::SpecTensor<T, MeshT, ge>;
-  using PerToken = detail::SpecTensor<T, MeshT, gs_>;
-  using Grouped = detail::SpecTensor<T, MeshT, gecm>;
-  using AtExperts = detail::SpecTensor<T, MeshT, ecgm>;
+template <class Wi, class Wo>
+constexpr void check_expert_operands() {
+  using gshard::detail::shown;
+  if constexpr (!(has_labels(Wi::layout, "EMH") && Wi::layout.find('E') == 0)) {
+    static_assert(sizeof(nn_error::moe_operand_labels<shown<fixed_string("wi")>, shown<Wi::spec>,
+                                                      shown<fixed_string("E M H")>>) == 0);
+  } else if constexpr (!(has_labels(Wo::layout, "EHM") && Wo::layout.find('E') == 0)) {
+    static_assert(sizeof(nn_error::moe_operand_labels<shown<fixed_string("wo")>, shown<Wo::spec>,
+                                                      shown<fixed_string("E H M")>>) == 0);
+  }
+}
 
-  const MeshT& mesh = x.mesh();
+/// The router's decisions for tokens X "G S M": moe() in stages (moe_route, moe_experts,
+/// moe_losses), so that a program may compile the stages in different translation units
+/// (TransformerLM's moe_router and moe_experts).
+template <class X>
+struct MoeRouting {
+  using T = typename X::value_type;
+  using MeshT = typename X::mesh_type;
+  static constexpr Layout gse = group_layout(X::layout, "GSE");
+  static constexpr Layout gsk = group_layout(X::layout, "GSK");
+  static constexpr Layout gec = group_layout(X::layout, "GEC");
+  static constexpr Layout ge = group_layout(X::layout, "GE");
+  using Gates = SpecTensor<T, MeshT, gse>;
+  using PerChoice = SpecTensor<T, MeshT, gsk>;
+  using ChoiceIndex = SpecTensor<std::int64_t, MeshT, gsk>;
+  using SlotToken = SpecTensor<std::int64_t, MeshT, gec>;
+  using PerExpert = SpecTensor<T, MeshT, ge>;
+
+  Gates logits;
+  Gates gates;
+  ChoiceIndex slot;  // "G S K": e * C + position if kept, else -1
+  SlotToken token;   // "G E C": the token in each slot, or -1
+  PerChoice weight;  // "G S K": the gate of each kept choice, normalized over the k choices
+  PerExpert first;   // "G E": the fraction of tokens whose first choice is e
+  std::int64_t experts = 0;
+  std::int64_t capacity = 0;
+  std::vector<std::int64_t> tokens_per_expert;  // kept assignments, all groups
+  double dropped_fraction = 0;
+};
+
+/// Router, routing decisions and the statistics of moe() (collective).
+template <class X, class Wg>
+MoeRouting<X> moe_route(const X& x, const Wg& wg, const MoeOptions& opt) {
+  check_route_operands<X, Wg>();
+  using R = MoeRouting<X>;
+  using T = typename R::T;
+  using Gates = typename R::Gates;
+  using PerChoice = typename R::PerChoice;
+  using ChoiceIndex = typename R::ChoiceIndex;
+  using PerExpert = typename R::PerExpert;
+  const auto& mesh = x.mesh();
   const Shape xs = x.shape();
   const std::int64_t g = xs[0], s = xs[1];
   const std::int64_t e = wg.shape()[static_cast<std::size_t>(Wg::layout.find('E'))];
@@ -288,7 +317,6 @@ auto moe(const X& x, const Wg& wg, const Wi& wi, const Wo& wo, const MoeOptions&
   const std::int64_t k = opt.k;
   const std::int64_t c = moe_capacity(s, e, opt);
 
-  // Router.
   const Gates logits = [&] {
     if (opt.jitter > 0) {
       const X noise =
@@ -304,13 +332,10 @@ auto moe(const X& x, const Wg& wg, const Wi& wi, const Wo& wo, const MoeOptions&
   const PerChoice u = random_uniform<PerChoice>(mesh, {g, s, k}, opt.seed);
   const std::int64_t g_local = gates.local_shape()[0];
   const std::int64_t valid_g = gates.valid_extents()[0];
-  const detail::Routing<T> r = detail::route<T>(gates.local_view(), u.local_view(), g_local,
-                                                valid_g, s, e, k, c, opt.second_expert);
+  const Routing<T> r =
+      route<T>(gates.local_view(), u.local_view(), g_local, valid_g, s, e, k, c, opt.second_expert);
   const ChoiceIndex choice(mesh, {g, s, k}, r.choice);
-  const ChoiceIndex slot(mesh, {g, s, k}, r.slot);
-  const SlotToken token(mesh, {g, e, c}, r.token);
   const PerChoice keep(mesh, {g, s, k}, r.keep);
-  const PerExpert first(mesh, {g, e}, r.first);
 
   // Gate values of the choices (differentiable), normalized over the k choices before drops.
   const PerChoice chosen = take_along<"E">(gates, choice, Bounds::trusted);
@@ -318,34 +343,6 @@ auto moe(const X& x, const Wg& wg, const Wi& wi, const Wo& wo, const MoeOptions&
     if (k == 1) return PerChoice(chosen * keep);
     return PerChoice(chosen / sum<"K">(chosen) * keep);
   }();
-
-  // Dispatch, experts, and back.
-  const Grouped dispatched = [&] {
-    if (!opt.dense) return Grouped(take_along<"S">(x, token, Bounds::trusted));
-    const auto onehot = one_hot<"F", T>(slot, e * c);  // "G S K F": zero rows for drops
-    const auto mask = split<"F", "EC">(sum<"K">(onehot), {e, c});
-    return Grouped(einsum<"GSEC,GSM->GECM">(mask, x));
-  }();
-  const AtExperts at_experts = reshard<AtExperts>(dispatched);
-  const auto hidden = relu(einsum<"EGCM,EMH->EGCH">(at_experts, wi));
-  const AtExperts y_experts = einsum<"EGCH,EHM->EGCM">(hidden, wo);
-  const Grouped y = reshard<Grouped>(y_experts);
-  const X out = [&] {
-    if (!opt.dense) {
-      const auto taken = take_along<"F">(merge<"EC", "F">(y), slot, Bounds::trusted);  // "G S K M"
-      return X(einsum<"GSKM,GSK->GSM">(taken, weight));
-    }
-    const auto onehot = one_hot<"F", T>(slot, e * c);
-    const auto combine = split<"F", "EC">(einsum<"GSK,GSKF->GSF">(weight, onehot), {e, c});
-    return X(einsum<"GSEC,GECM->GSM">(combine, y));
-  }();
-
-  // Losses.
-  const auto m = mean<"S">(gates);  // "G E"
-  const auto aux =
-      (einsum<"GE,GE->">(m, first) * (static_cast<double>(e) / static_cast<double>(g))).eval();
-  const PerToken lse = logsumexp<"E">(logits);
-  const auto z = (einsum<"GS,GS->">(lse, lse) * (1.0 / static_cast<double>(g * s))).eval();
 
   // Statistics (not differentiated).
   std::vector<std::int64_t> per_expert(static_cast<std::size_t>(e));
@@ -362,7 +359,82 @@ auto moe(const X& x, const Wg& wg, const Wi& wi, const Wo& wo, const MoeOptions&
     }
     dropped = routed_all > 0 ? 1.0 - kept_all / routed_all : 0.0;
   }
-  return MoeResult<X, std::decay_t<decltype(aux)>>{out, aux, z, per_expert, dropped, c};
+  return R{logits,
+           gates,
+           ChoiceIndex(mesh, {g, s, k}, r.slot),
+           typename R::SlotToken(mesh, {g, e, c}, r.token),
+           weight,
+           PerExpert(mesh, {g, e}, r.first),
+           e,
+           c,
+           std::move(per_expert),
+           dropped};
+}
+
+/// Dispatch to the experts, their FFN, and the weighted combine back to x's layout.
+template <class X, class Wi, class Wo>
+X moe_experts(const X& x, const MoeRouting<X>& r, const Wi& wi, const Wo& wo,
+              const MoeOptions& opt) {
+  check_expert_operands<Wi, Wo>();
+  using T = typename X::value_type;
+  using MeshT = typename X::mesh_type;
+  constexpr Layout gecm = group_layout(X::layout, "GECM");
+  constexpr Layout ecgm = expert_layout(X::layout, Wi::layout, 'M');
+  using Grouped = SpecTensor<T, MeshT, gecm>;
+  using AtExperts = SpecTensor<T, MeshT, ecgm>;
+  const std::int64_t e = r.experts, c = r.capacity;
+  const Grouped dispatched = [&] {
+    if (!opt.dense) return Grouped(take_along<"S">(x, r.token, Bounds::trusted));
+    const auto onehot = one_hot<"F", T>(r.slot, e * c);  // "G S K F": zero rows for drops
+    const auto mask = split<"F", "EC">(sum<"K">(onehot), {e, c});
+    return Grouped(einsum<"GSEC,GSM->GECM">(mask, x));
+  }();
+  const AtExperts at_experts = reshard<AtExperts>(dispatched);
+  const auto hidden = relu(einsum<"EGCM,EMH->EGCH">(at_experts, wi));
+  const AtExperts y_experts = einsum<"EGCH,EHM->EGCM">(hidden, wo);
+  const Grouped y = reshard<Grouped>(y_experts);
+  if (!opt.dense) {
+    const auto taken = take_along<"F">(merge<"EC", "F">(y), r.slot, Bounds::trusted);  // "G S K M"
+    return X(einsum<"GSKM,GSK->GSM">(taken, r.weight));
+  }
+  const auto onehot = one_hot<"F", T>(r.slot, e * c);
+  const auto combine = split<"F", "EC">(einsum<"GSK,GSKF->GSF">(r.weight, onehot), {e, c});
+  return X(einsum<"GSEC,GECM->GSM">(combine, y));
+}
+
+/// The auxiliary load-balancing loss and the router z-loss (MoeResult), partial sums over G's
+/// axes: {aux, z}.
+template <class X>
+auto moe_losses(const MoeRouting<X>& r) {
+  const std::int64_t g = r.gates.shape()[0], s = r.gates.shape()[1];
+  const auto m = mean<"S">(r.gates);  // "G E"
+  auto aux =
+      (einsum<"GE,GE->">(m, r.first) * (static_cast<double>(r.experts) / static_cast<double>(g)))
+          .eval();
+  constexpr Layout gs = group_layout(X::layout, "GS");
+  using PerToken = SpecTensor<typename X::value_type, typename X::mesh_type, gs>;
+  const PerToken lse = logsumexp<"E">(r.logits);
+  auto z = (einsum<"GS,GS->">(lse, lse) * (1.0 / static_cast<double>(g * s))).eval();
+  return std::pair{std::move(aux), std::move(z)};
+}
+
+}  // namespace detail
+
+/// The MoE layer: x "G S M" (tokens in groups), the router wg "M E", the experts' weights
+/// wi "E M H" and wo "E H M" (E split over the expert axis or axes; any other splits are the
+/// einsum rules' business). Collective over the mesh. Differentiable in x, wg, wi and wo.
+template <class X, class Wg, class Wi, class Wo>
+auto moe(const X& x, const Wg& wg, const Wi& wi, const Wo& wo, const MoeOptions& opt = {},
+         std::source_location where = std::source_location::current()) {
+  const gshard::detail::UserSite site(where, "nn::moe");
+  detail::check_route_operands<X, Wg>();
+  detail::check_expert_operands<Wi, Wo>();
+  auto r = detail::moe_route(x, wg, opt);
+  X out = detail::moe_experts(x, r, wi, wo, opt);
+  auto [aux, z] = detail::moe_losses(r);
+  return MoeResult<X, std::decay_t<decltype(aux)>>{
+      std::move(out),     std::move(aux), std::move(z), std::move(r.tokens_per_expert),
+      r.dropped_fraction, r.capacity};
 }
 
 }  // namespace gshard::nn

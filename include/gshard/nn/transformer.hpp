@@ -19,6 +19,7 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -94,6 +95,7 @@ struct TransformerTypes {
   using Scalar = Of<plain_layout("")>;
   using X = Of<batch("BSM")>;                                // activations
   using Scores = Of<with_split(batch("BNST"), 'N', model)>;  // attention probabilities
+  using Logits = Of<with_split(batch("BSV"), 'V', model)>;
   using Mask = Of<plain_layout("ST")>;
   using Vector = Of<plain_layout("M")>;      // layer-norm gain and bias
   using Stacked = Of<plain_layout("LM")>;    // one per layer
@@ -203,6 +205,7 @@ struct TransformerLM {
   using Scalar = typename Types::Scalar;
   using Mask = typename Types::Mask;
   using Tokens = typename Types::template IndexOf<Types::batch("BS")>;
+  using Logits = typename Types::Logits;  // "B S V", V over model
 
   TransformerConfig config;
   typename Types::Table embed;    // "V M"
@@ -297,65 +300,21 @@ struct TransformerLM {
            std::optional<Scalar>* z_sum, TransformerStats* stats,
            std::source_location where = std::source_location::current()) const {
     const gshard::detail::UserSite site(where, "TransformerLM::hidden");
-    const auto& c = config;
-    const MeshT& mesh = embed.mesh();
     const std::int64_t s = tokens.shape()[1];
-    if (s > c.max_len)
+    if (s > config.max_len)
       throw Error("TransformerLM", "sequences of " + std::to_string(s) + " tokens (\"" +
                                        std::string(Ids::spec.view()) + "\" of global shape " +
                                        gshard::detail::shape_string(tokens.shape()) +
-                                       ") exceed max_len " + std::to_string(c.max_len));
-    const Mask mask = causal_mask<Mask>(mesh, s);
+                                       ") exceed max_len " + std::to_string(config.max_len));
     const X emb = reshard<X>(take<"V">(embed, tokens));
-    X x = s == c.max_len ? X(emb + pos) : X(emb + slice<"S">(pos, 0, s));
-    std::int64_t dense_i = 0, moe_i = 0;
-    for (std::int64_t l = 0; l < c.layers; ++l) {
-      using Ty = Types;
-      const typename Ty::Vector g1 = einsum<"LM->M">(slice<"L">(ln1_g, l, l + 1));
-      const typename Ty::Vector b1 = einsum<"LM->M">(slice<"L">(ln1_b, l, l + 1));
-      const X h = layer_norm<"M">(x, g1, b1, c.ln_eps);
-      const typename Ty::Wqkv q = einsum<"LMND->MND">(slice<"L">(wq, l, l + 1));
-      const typename Ty::Wqkv k = einsum<"LMND->MND">(slice<"L">(wk, l, l + 1));
-      const typename Ty::Wqkv v = einsum<"LMND->MND">(slice<"L">(wv, l, l + 1));
-      const typename Ty::Wout o = einsum<"LNDM->NDM">(slice<"L">(wo, l, l + 1));
-      x = X(x + causal_attention(h, q, k, v, o, mask));
-
-      const typename Ty::Vector g2 = einsum<"LM->M">(slice<"L">(ln2_g, l, l + 1));
-      const typename Ty::Vector b2 = einsum<"LM->M">(slice<"L">(ln2_b, l, l + 1));
-      const X h2 = layer_norm<"M">(x, g2, b2, c.ln_eps);
-      if (l % 2 == 1 && c.experts > 0) {
-        const std::int64_t i = moe_i++;
-        const typename Ty::Router wg = einsum<"LME->ME">(slice<"L">(moe_wg, i, i + 1));
-        const typename Ty::ExpertWi wi = einsum<"LEMH->EMH">(slice<"L">(moe_wi, i, i + 1));
-        const typename Ty::ExpertWo wo2 = einsum<"LEHM->EHM">(slice<"L">(moe_wo, i, i + 1));
-        MoeOptions opt = c.moe;
-        opt.seed = detail::parameter_seed(c.moe.seed ^ seed, static_cast<std::uint64_t>(l));
-        // Each sequence is one group: G takes B's axes (all devices).
-        const auto r = moe(h2.template as<"GSM">(), wg, wi, wo2, opt);
-        x = X(x + r.output.template as<"BSM">());
-        const auto aux = reshard<Scalar>(r.aux_loss);  // finishes the partial sums: AllReduce
-        const auto z = reshard<Scalar>(r.z_loss);
-        *aux_sum = aux_sum->has_value() ? Scalar(**aux_sum + aux) : aux;
-        *z_sum = z_sum->has_value() ? Scalar(**z_sum + z) : z;
-        if (stats) {
-          stats->tokens_per_expert.push_back(r.tokens_per_expert);
-          stats->dropped_fraction.push_back(r.dropped_fraction);
-          stats->capacity = r.capacity;
-        }
-      } else {
-        const std::int64_t i = dense_i++;
-        const typename Ty::Wi wi = einsum<"LMH->MH">(slice<"L">(ffn_wi, i, i + 1));
-        const typename Ty::Wo wo2 = einsum<"LHM->HM">(slice<"L">(ffn_wo, i, i + 1));
-        x = X(x + einsum<"BSH,HM->BSM">(relu(einsum<"BSM,MH->BSH">(h2, wi)), wo2));
-      }
-    }
-    return X(layer_norm<"M">(x, lnf_g, lnf_b, c.ln_eps));
+    return blocks(s == config.max_len ? X(emb + pos) : X(emb + slice<"S">(pos, 0, s)), seed,
+                  aux_sum, z_sum, stats);
   }
 
   /// Logits "B S V" for tokens "B S" (int32 or int64, B over data*expert).
   template <class Ids>
-  auto logits(const Ids& tokens, std::uint64_t seed = 0,
-              std::source_location where = std::source_location::current()) const {
+  Logits logits(const Ids& tokens, std::uint64_t seed = 0,
+                std::source_location where = std::source_location::current()) const {
     const gshard::detail::UserSite site(where, "TransformerLM::logits");
     std::optional<Scalar> aux, z;
     return project(hidden(tokens, seed, &aux, &z, nullptr));
@@ -375,20 +334,41 @@ struct TransformerLM {
                       gshard::detail::shape_string(targets.shape()) + " differ");
     TransformerStats stats;
     std::optional<Scalar> aux, z;
-    const auto lg = project(hidden(tokens, seed, &aux, &z, &stats));
-    // Stable: logsumexp over V minus the target's logit.
-    const auto lse = logsumexp<"V">(lg);
-    const auto picked = take_along<"V">(lg, targets);
-    const Scalar ce = reshard<Scalar>(mean<"BS">(lse - picked));
-    const std::int64_t lm = config.moe_layers();
-    const MeshT& mesh = embed.mesh();
-    const Scalar aux_mean =
-        lm > 0 ? Scalar(*aux * (1.0 / static_cast<double>(lm))) : zeros<Scalar>(mesh, {});
-    const Scalar z_mean =
-        lm > 0 ? Scalar(*z * (1.0 / static_cast<double>(lm))) : zeros<Scalar>(mesh, {});
-    const Scalar total = ce + aux_mean * config.aux_loss_weight + z_mean * config.z_loss_weight;
-    return {total, ce, aux_mean, z_mean, std::move(stats)};
+    const Logits lg = project(hidden(tokens, seed, &aux, &z, &stats));
+    if constexpr (std::is_same_v<Targets, Tokens>)
+      return loss_of(lg, targets, aux, z, std::move(stats));
+    else
+      return loss_of_any(lg, targets, aux, z, std::move(stats));
   }
+
+  // The forward pass in pieces, each a non-template member defined below the class (not
+  // inline): a program may compile them in its own translation units by explicit instantiation
+  // (`extern template struct TransformerLM<...>;`, examples/moe_lm/model.hpp).
+
+  /// Block l's attention half, pre-LN: x + causal_attention(layer_norm(x)).
+  X attention_block(const X& x, std::int64_t l, const Mask& mask) const;
+  /// Block l's dense feed-forward half (the i-th dense block): x + ffn(layer_norm(x)).
+  X dense_block(const X& x, std::int64_t l, std::int64_t i) const;
+  /// Block l's MoE half (the i-th MoE block): x + moe(layer_norm(x)); adds the router's losses
+  /// to *aux_sum and *z_sum and its statistics to *stats (when not null).
+  X moe_block(const X& x, std::int64_t l, std::int64_t i, std::uint64_t seed,
+              std::optional<Scalar>* aux_sum, std::optional<Scalar>* z_sum,
+              TransformerStats* stats) const;
+  /// moe_block's stages: the router of block l (the i-th MoE block) on its normalized input
+  /// "G S M" (a sequence per group), and x + the experts' output.
+  using Groups = decltype(std::declval<const X&>().template as<"GSM">());
+  using Routing = detail::MoeRouting<Groups>;
+  Routing router_block(const Groups& h, std::int64_t l, std::int64_t i, std::uint64_t seed) const;
+  X experts_block(const X& x, const Groups& h, const Routing& r, std::int64_t i) const;
+  /// Every block, then the final layer norm, from the embedded input "B S M".
+  X blocks(X x, std::uint64_t seed, std::optional<Scalar>* aux_sum, std::optional<Scalar>* z_sum,
+           TransformerStats* stats) const;
+  /// Logits "B S V" of hidden states "B S M".
+  Logits project(const X& h) const;
+  /// loss()'s result from the logits, targets laid out like Tokens and the summed router losses.
+  TransformerLoss<Scalar> loss_of(const Logits& lg, const Tokens& targets,
+                                  const std::optional<Scalar>& aux_sum,
+                                  const std::optional<Scalar>& z_sum, TransformerStats stats) const;
 
  private:
   template <class Self>
@@ -402,12 +382,129 @@ struct TransformerLM {
       return std::tuple_cat(common, std::tie(m.out));
   }
 
-  auto project(const X& h) const {
-    if constexpr (Tied)
-      return einsum<"BSM,VM->BSV">(h, embed).eval();
-    else
-      return einsum<"BSM,MV->BSV">(h, out).eval();
+  // The MoE layer's options in block l: the config's, with the routing seed of the step and block.
+  MoeOptions moe_options(std::int64_t l, std::uint64_t seed) const {
+    MoeOptions opt = config.moe;
+    opt.seed = detail::parameter_seed(config.moe.seed ^ seed, static_cast<std::uint64_t>(l));
+    return opt;
+  }
+
+  template <class Targets>
+  TransformerLoss<Scalar> loss_of_any(const Logits& lg, const Targets& targets,
+                                      const std::optional<Scalar>& aux_sum,
+                                      const std::optional<Scalar>& z_sum,
+                                      TransformerStats stats) const {
+    // Stable: logsumexp over V minus the target's logit.
+    const auto lse = logsumexp<"V">(lg);
+    const auto picked = take_along<"V">(lg, targets);
+    const Scalar ce = reshard<Scalar>(mean<"BS">(lse - picked));
+    const std::int64_t lm = config.moe_layers();
+    const MeshT& mesh = embed.mesh();
+    const Scalar aux_mean =
+        lm > 0 ? Scalar(*aux_sum * (1.0 / static_cast<double>(lm))) : zeros<Scalar>(mesh, {});
+    const Scalar z_mean =
+        lm > 0 ? Scalar(*z_sum * (1.0 / static_cast<double>(lm))) : zeros<Scalar>(mesh, {});
+    const Scalar total = ce + aux_mean * config.aux_loss_weight + z_mean * config.z_loss_weight;
+    return {total, ce, aux_mean, z_mean, std::move(stats)};
   }
 };
+
+template <class T, class MeshT, bool Tied>
+auto TransformerLM<T, MeshT, Tied>::attention_block(const X& x, std::int64_t l,
+                                                    const Mask& mask) const -> X {
+  using Ty = Types;
+  const typename Ty::Vector g = einsum<"LM->M">(slice<"L">(ln1_g, l, l + 1));
+  const typename Ty::Vector b = einsum<"LM->M">(slice<"L">(ln1_b, l, l + 1));
+  const X h = layer_norm<"M">(x, g, b, config.ln_eps);
+  const typename Ty::Wqkv q = einsum<"LMND->MND">(slice<"L">(wq, l, l + 1));
+  const typename Ty::Wqkv k = einsum<"LMND->MND">(slice<"L">(wk, l, l + 1));
+  const typename Ty::Wqkv v = einsum<"LMND->MND">(slice<"L">(wv, l, l + 1));
+  const typename Ty::Wout o = einsum<"LNDM->NDM">(slice<"L">(wo, l, l + 1));
+  return X(x + causal_attention(h, q, k, v, o, mask));
+}
+
+template <class T, class MeshT, bool Tied>
+auto TransformerLM<T, MeshT, Tied>::dense_block(const X& x, std::int64_t l, std::int64_t i) const
+    -> X {
+  using Ty = Types;
+  const typename Ty::Vector g = einsum<"LM->M">(slice<"L">(ln2_g, l, l + 1));
+  const typename Ty::Vector b = einsum<"LM->M">(slice<"L">(ln2_b, l, l + 1));
+  const X h = layer_norm<"M">(x, g, b, config.ln_eps);
+  const typename Ty::Wi wi = einsum<"LMH->MH">(slice<"L">(ffn_wi, i, i + 1));
+  const typename Ty::Wo wo2 = einsum<"LHM->HM">(slice<"L">(ffn_wo, i, i + 1));
+  return X(x + einsum<"BSH,HM->BSM">(relu(einsum<"BSM,MH->BSH">(h, wi)), wo2));
+}
+
+template <class T, class MeshT, bool Tied>
+auto TransformerLM<T, MeshT, Tied>::moe_block(const X& x, std::int64_t l, std::int64_t i,
+                                              std::uint64_t seed, std::optional<Scalar>* aux_sum,
+                                              std::optional<Scalar>* z_sum,
+                                              TransformerStats* stats) const -> X {
+  using Ty = Types;
+  const typename Ty::Vector g = einsum<"LM->M">(slice<"L">(ln2_g, l, l + 1));
+  const typename Ty::Vector b = einsum<"LM->M">(slice<"L">(ln2_b, l, l + 1));
+  // Each sequence is one group: G takes B's axes (all devices).
+  const Groups h = X(layer_norm<"M">(x, g, b, config.ln_eps)).template as<"GSM">();
+  const Routing r = router_block(h, l, i, seed);
+  const X y = experts_block(x, h, r, i);
+  const auto [aux_partial, z_partial] = detail::moe_losses(r);
+  const auto aux = reshard<Scalar>(aux_partial);  // finishes the partial sums: AllReduce
+  const auto z = reshard<Scalar>(z_partial);
+  *aux_sum = aux_sum->has_value() ? Scalar(**aux_sum + aux) : aux;
+  *z_sum = z_sum->has_value() ? Scalar(**z_sum + z) : z;
+  if (stats) {
+    stats->tokens_per_expert.push_back(r.tokens_per_expert);
+    stats->dropped_fraction.push_back(r.dropped_fraction);
+    stats->capacity = r.capacity;
+  }
+  return y;
+}
+
+template <class T, class MeshT, bool Tied>
+auto TransformerLM<T, MeshT, Tied>::router_block(const Groups& h, std::int64_t l, std::int64_t i,
+                                                 std::uint64_t seed) const -> Routing {
+  const typename Types::Router wg = einsum<"LME->ME">(slice<"L">(moe_wg, i, i + 1));
+  return detail::moe_route(h, wg, moe_options(l, seed));
+}
+
+template <class T, class MeshT, bool Tied>
+auto TransformerLM<T, MeshT, Tied>::experts_block(const X& x, const Groups& h, const Routing& r,
+                                                  std::int64_t i) const -> X {
+  const typename Types::ExpertWi wi = einsum<"LEMH->EMH">(slice<"L">(moe_wi, i, i + 1));
+  const typename Types::ExpertWo wo2 = einsum<"LEHM->EHM">(slice<"L">(moe_wo, i, i + 1));
+  const Groups y = detail::moe_experts(h, r, wi, wo2, config.moe);
+  return X(x + y.template as<"BSM">());
+}
+
+template <class T, class MeshT, bool Tied>
+auto TransformerLM<T, MeshT, Tied>::blocks(X x, std::uint64_t seed, std::optional<Scalar>* aux_sum,
+                                           std::optional<Scalar>* z_sum,
+                                           TransformerStats* stats) const -> X {
+  const Mask mask = causal_mask<Mask>(embed.mesh(), x.shape()[1]);
+  std::int64_t dense_i = 0, moe_i = 0;
+  for (std::int64_t l = 0; l < config.layers; ++l) {
+    x = attention_block(x, l, mask);
+    x = l % 2 == 1 && config.experts > 0 ? moe_block(x, l, moe_i++, seed, aux_sum, z_sum, stats)
+                                         : dense_block(x, l, dense_i++);
+  }
+  return X(layer_norm<"M">(x, lnf_g, lnf_b, config.ln_eps));
+}
+
+template <class T, class MeshT, bool Tied>
+auto TransformerLM<T, MeshT, Tied>::project(const X& h) const -> Logits {
+  if constexpr (Tied)
+    return einsum<"BSM,VM->BSV">(h, embed).eval();
+  else
+    return einsum<"BSM,MV->BSV">(h, out).eval();
+}
+
+template <class T, class MeshT, bool Tied>
+auto TransformerLM<T, MeshT, Tied>::loss_of(const Logits& lg, const Tokens& targets,
+                                            const std::optional<Scalar>& aux_sum,
+                                            const std::optional<Scalar>& z_sum,
+                                            TransformerStats stats) const
+    -> TransformerLoss<Scalar> {
+  return loss_of_any(lg, targets, aux_sum, z_sum, std::move(stats));
+}
 
 }  // namespace gshard::nn

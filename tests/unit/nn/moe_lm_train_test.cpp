@@ -14,6 +14,8 @@
 #include "mpi_test.hpp"
 #include "op_checks.hpp"
 
+#include <gshard/kernels/memory.hpp>
+
 #include "../../../examples/moe_lm/train.hpp"
 
 namespace {
@@ -46,7 +48,7 @@ moe_lm::Options small_options() {
 }
 
 std::vector<double> losses(const moe_lm::MeshT& mesh, const moe_lm::Options& o) {
-  moe_lm::Trainer<float> t(mesh, o);
+  moe_lm::Trainer t(mesh, o);
   std::vector<double> out;
   for (std::int64_t s = 0; s < o.steps; ++s) out.push_back(t.step(corpus(), s).loss);
   return out;
@@ -103,7 +105,7 @@ TEST_CASE("moe_lm: weak scaling, experts = ranks from 2 to 16" * doctest::skip()
       o.steps = 4;
       o.warmup = 1;
       {
-        moe_lm::Trainer<float> t(moe_lm::make_mesh({1, n}, comm), o);
+        moe_lm::Trainer t(moe_lm::make_mesh({1, n}, comm), o);
         t.step(corpus(), 0);  // optimizer state allocated
         memory.reset_peak();
         const gshard::CommCounters before = gshard::comm_counters();
