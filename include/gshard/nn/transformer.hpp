@@ -382,6 +382,14 @@ struct TransformerLM {
       return std::tuple_cat(common, std::tie(m.out));
   }
 
+  // Block l's layer norm of x, with its row of the stacked gains and biases "L M".
+  X block_norm(const X& x, const typename Types::Stacked& gain, const typename Types::Stacked& bias,
+               std::int64_t l) const {
+    const typename Types::Vector g = einsum<"LM->M">(slice<"L">(gain, l, l + 1));
+    const typename Types::Vector b = einsum<"LM->M">(slice<"L">(bias, l, l + 1));
+    return layer_norm<"M">(x, g, b, config.ln_eps);
+  }
+
   // The MoE layer's options in block l: the config's, with the routing seed of the step and block.
   MoeOptions moe_options(std::int64_t l, std::uint64_t seed) const {
     MoeOptions opt = config.moe;
@@ -413,9 +421,7 @@ template <class T, class MeshT, bool Tied>
 auto TransformerLM<T, MeshT, Tied>::attention_block(const X& x, std::int64_t l,
                                                     const Mask& mask) const -> X {
   using Ty = Types;
-  const typename Ty::Vector g = einsum<"LM->M">(slice<"L">(ln1_g, l, l + 1));
-  const typename Ty::Vector b = einsum<"LM->M">(slice<"L">(ln1_b, l, l + 1));
-  const X h = layer_norm<"M">(x, g, b, config.ln_eps);
+  const X h = block_norm(x, ln1_g, ln1_b, l);
   const typename Ty::Wqkv q = einsum<"LMND->MND">(slice<"L">(wq, l, l + 1));
   const typename Ty::Wqkv k = einsum<"LMND->MND">(slice<"L">(wk, l, l + 1));
   const typename Ty::Wqkv v = einsum<"LMND->MND">(slice<"L">(wv, l, l + 1));
@@ -427,9 +433,7 @@ template <class T, class MeshT, bool Tied>
 auto TransformerLM<T, MeshT, Tied>::dense_block(const X& x, std::int64_t l, std::int64_t i) const
     -> X {
   using Ty = Types;
-  const typename Ty::Vector g = einsum<"LM->M">(slice<"L">(ln2_g, l, l + 1));
-  const typename Ty::Vector b = einsum<"LM->M">(slice<"L">(ln2_b, l, l + 1));
-  const X h = layer_norm<"M">(x, g, b, config.ln_eps);
+  const X h = block_norm(x, ln2_g, ln2_b, l);
   const typename Ty::Wi wi = einsum<"LMH->MH">(slice<"L">(ffn_wi, i, i + 1));
   const typename Ty::Wo wo2 = einsum<"LHM->HM">(slice<"L">(ffn_wo, i, i + 1));
   return X(x + einsum<"BSH,HM->BSM">(relu(einsum<"BSM,MH->BSH">(h, wi)), wo2));
@@ -440,11 +444,8 @@ auto TransformerLM<T, MeshT, Tied>::moe_block(const X& x, std::int64_t l, std::i
                                               std::uint64_t seed, std::optional<Scalar>* aux_sum,
                                               std::optional<Scalar>* z_sum,
                                               TransformerStats* stats) const -> X {
-  using Ty = Types;
-  const typename Ty::Vector g = einsum<"LM->M">(slice<"L">(ln2_g, l, l + 1));
-  const typename Ty::Vector b = einsum<"LM->M">(slice<"L">(ln2_b, l, l + 1));
   // Each sequence is one group: G takes B's axes (all devices).
-  const Groups h = X(layer_norm<"M">(x, g, b, config.ln_eps)).template as<"GSM">();
+  const Groups h = block_norm(x, ln2_g, ln2_b, l).template as<"GSM">();
   const Routing r = router_block(h, l, i, seed);
   const X y = experts_block(x, h, r, i);
   const auto [aux_partial, z_partial] = detail::moe_losses(r);
