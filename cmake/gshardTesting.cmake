@@ -48,9 +48,13 @@ if(GSHARD_MPIEXEC_IS_OPENMPI)
 endif()
 
 # The doctest main shared by every distributed test: compiled once.
+# The doctest run on every rank (test_runner.cpp), and the main() that brings MPI and Kokkos up
+# for it; a test playing an application that owns MPI and Kokkos links only the runner (OWN_MAIN).
+add_library(gshard_test_runner STATIC "${PROJECT_SOURCE_DIR}/tests/support/test_runner.cpp")
+target_link_libraries(gshard_test_runner PUBLIC gshard::gshard doctest::doctest PRIVATE gshard_warnings)
+target_include_directories(gshard_test_runner PUBLIC "${PROJECT_SOURCE_DIR}/tests/support")
 add_library(gshard_test_main STATIC "${PROJECT_SOURCE_DIR}/tests/support/mpi_test_main.cpp")
-target_link_libraries(gshard_test_main PUBLIC gshard::gshard doctest::doctest PRIVATE gshard_warnings)
-target_include_directories(gshard_test_main PUBLIC "${PROJECT_SOURCE_DIR}/tests/support")
+target_link_libraries(gshard_test_main PUBLIC gshard_test_runner PRIVATE gshard_warnings)
 
 # Test executables are compile-bound (each runs in seconds; compiling them is most of CI), so in
 # optimised builds they take -O1: about half -O3's compile time (grad_index_test: 54 s against
@@ -59,6 +63,7 @@ set(GSHARD_TEST_OPTIMIZATION "-O1" CACHE STRING
   "Optimisation flag of test executables in optimised builds (empty: as configured)")
 set(_gshard_test_opt "$<$<CONFIG:Release,RelWithDebInfo,MinSizeRel>:${GSHARD_TEST_OPTIMIZATION}>")
 target_compile_options(gshard_test_main PRIVATE ${_gshard_test_opt})
+target_compile_options(gshard_test_runner PRIVATE ${_gshard_test_opt})
 # The few tests whose run time dominates (marked SLOW), and the main job, in Debug builds: the asan
 # preset (CI) builds at -O0 for compile time, and sets -O1 here, which runs these 2.7x faster.
 # GCC's maybe-uninitialized warnings are false positives under the sanitizers at -O1.
@@ -103,8 +108,8 @@ function(gshard_mpirun_command out nranks timeout)
 endfunction()
 
 function(gshard_add_mpi_test)
-  cmake_parse_arguments(arg "SLOW" "NAME;TIMEOUT" "SOURCES;RANKS;LIBRARIES;LABELS;DEFINITIONS"
-    ${ARGN})
+  cmake_parse_arguments(arg "SLOW;OWN_MAIN" "NAME;TIMEOUT"
+    "SOURCES;RANKS;LIBRARIES;LABELS;DEFINITIONS" ${ARGN})
   if(NOT arg_RANKS)
     set(arg_RANKS ${GSHARD_TEST_RANKS})
   endif()
@@ -112,7 +117,11 @@ function(gshard_add_mpi_test)
     set(arg_TIMEOUT ${GSHARD_TEST_TIMEOUT})
   endif()
   add_executable(${arg_NAME} ${arg_SOURCES})
-  target_link_libraries(${arg_NAME} PRIVATE gshard_test_main gshard_warnings ${arg_LIBRARIES})
+  set(main gshard_test_main)
+  if(arg_OWN_MAIN)  # its main() starts MPI and Kokkos and calls gshard::test::run_doctest
+    set(main gshard_test_runner)
+  endif()
+  target_link_libraries(${arg_NAME} PRIVATE ${main} gshard_warnings ${arg_LIBRARIES})
   target_compile_options(${arg_NAME} PRIVATE ${_gshard_test_opt})
   if(arg_SLOW AND _gshard_slow_opt)
     target_compile_options(${arg_NAME} PRIVATE ${_gshard_slow_opt})  # other flags: no PCH

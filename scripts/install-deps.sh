@@ -7,8 +7,9 @@ set -euo pipefail
 purpose=${1:-build}
 # libcli11-dev: examples/moe_lm parses its command line with CLI11 (header-only).
 # nlohmann-json3-dev: the safetensors reader parses its JSON header with it (header-only).
+# libhdf5-openmpi-dev: parallel HDF5 for io/hdf5.hpp (gshard::hdf5).
 packages=(g++ make cmake libopenmpi-dev openmpi-bin libeigen3-dev doctest-dev libtrilinos-kokkos-dev
-  libopenblas-dev libcli11-dev nlohmann-json3-dev)
+  libopenblas-dev libcli11-dev nlohmann-json3-dev libhdf5-openmpi-dev)
 # The main job's corpus (Debian's fortune cookies, 8 languages) and its plots (gnuplot); the tests
 # read the corpus and draw a plot too.
 moe_lm=(fortunes fortunes-de fortunes-es fortunes-it fortunes-ru fortunes-pl fortunes-cs fortunes-zh
@@ -19,9 +20,10 @@ bench=(python3-torch python3-matplotlib python3-venv python3-pip)
 case "$purpose" in
   build) ;;
   bench) packages+=("${bench[@]}") ;;
-  # clang-19: CI's clang pass; python3-venv: scripts/kokkos-openmp.sh fetches Kokkos' source.
+  # clang-19: CI's clang pass; python3-venv: scripts/kokkos-openmp.sh fetches Kokkos' source;
+  # python3-h5py, hdf5-tools (h5dump): the HDF5 files are checked by other readers.
   test) packages+=(clang-format python3-numpy clang libclang-rt-14-dev clang-19 python3-venv
-    "${moe_lm[@]}") ;;
+    python3-h5py hdf5-tools "${moe_lm[@]}") ;;
   demo) packages+=("${moe_lm[@]}") ;;
   *) echo "usage: $0 [build|test|demo|bench]" >&2; exit 2 ;;
 esac

@@ -35,6 +35,9 @@ struct ShardVersion {
   std::uint64_t count = 0;
   const char* op = "";
   UserSiteState site;  // the user's line of the last update
+  // What owns the shard's memory when it is not the shard's own View: an application's View that
+  // adopt() aliased (tensor/adopt.hpp), kept alive by every handle to the shard.
+  std::shared_ptr<const void> storage;
 };
 
 /// A tensor as the run-time engine sees it: layout, global shape (layout order), local shard,

@@ -9,8 +9,6 @@
 #include <string>
 #include <vector>
 
-#include <unistd.h>
-
 #include <gshard/io/npy.hpp>
 #include <gshard/io/safetensors.hpp>
 
@@ -18,47 +16,23 @@
 #include "exact_values.hpp"
 #include "mpi_test.hpp"
 #include "op_checks.hpp"
+#include "scratch_files.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 using gshard::Shape;
 using gshard::Sharded;
+using gshard::test::cleanup;
 using gshard::test::exact_values;
+using gshard::test::on_root;
 using gshard::test::same_error_everywhere;
+using gshard::test::scratch_dir;
 using gshard::test::world_rank;
 using gshard::test::world_size;
 using M2 = gshard::Mesh<"x", "y">;
 using M3 = gshard::Mesh<"x", "y", "z">;
 using M1 = gshard::Mesh<"e">;
-
-// A directory every rank agrees on, fresh for this process group.
-fs::path scratch_dir(const std::string& what) {
-  long long id = world_rank() == 0 ? static_cast<long long>(::getpid()) : 0;
-  MPI_Bcast(&id, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
-  const fs::path dir =
-      fs::temp_directory_path() /
-      ("gshard_io_" + what + "_np" + std::to_string(world_size()) + "_" + std::to_string(id));
-  if (world_rank() == 0) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-  return dir;
-}
-
-void cleanup(const fs::path& dir) {
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (world_rank() == 0) fs::remove_all(dir);
-}
-
-// Rank 0 changes the file once every rank is done with it; the others wait.
-template <class F>
-void on_root(F&& f) {
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (world_rank() == 0) f();
-  MPI_Barrier(MPI_COMM_WORLD);
-}
 
 const Shape shape_a{7, 5}, shape_b{3, 4, 6}, shape_c{11}, shape_d{5, 3};
 
