@@ -107,6 +107,15 @@ void copy_box(const T* src, T* dst, const BoxCopy& box) {
         });
     return;
   }
+  if (c.rank == 1) {
+    // One strided run (a column of a row-major block, as halo exchanges pack): no index decode.
+    const std::int64_t s0 = c.src_start[0] * c.src_stride[0], ss = c.src_stride[0];
+    const std::int64_t t0 = c.dst_start[0] * c.dst_stride[0], ts = c.dst_stride[0];
+    Kokkos::parallel_for(
+        "gshard::copy_box", Kokkos::RangePolicy<>(0, n),
+        KOKKOS_LAMBDA(std::int64_t i) { dst[t0 + i * ts] = src[s0 + i * ss]; });
+    return;
+  }
   Kokkos::parallel_for(
       "gshard::copy_box", Kokkos::RangePolicy<>(0, n), KOKKOS_LAMBDA(std::int64_t i) {
         std::int64_t s = 0;
