@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "../comm/agree.hpp"
+#include "../tensor/adopt.hpp"
 #include "../tensor/sharded.hpp"
 #include "format.hpp"
 
@@ -262,22 +263,18 @@ template <class S>
 H5Block select_block(const S& t, bool writing) {
   const auto& mesh = t.mesh();
   const int rank = S::rank;
-  std::vector<hsize_t> global, padded, offset, valid;
-  bool owner = true;
-  std::int64_t elements = 1;
-  for (int d = 0; d < rank; ++d) {
-    const std::int64_t n = t.shape()[static_cast<std::size_t>(d)];
-    const gshard::detail::Block b =
-        gshard::detail::block_of(S::layout.dims[d], n, mesh.sizes(), mesh.coordinates());
-    global.push_back(static_cast<hsize_t>(n));
-    padded.push_back(static_cast<hsize_t>(b.chunk));
-    offset.push_back(static_cast<hsize_t>(std::min(b.offset, n)));
-    valid.push_back(static_cast<hsize_t>(b.valid));
-    elements *= b.valid;
-  }
-  // One copy writes (coordinate 0 on every axis that does not split the tensor); all read.
-  for (int a = 0; a < S::mesh_type::axis_count; ++a)
-    if (S::layout.dim_on_axis(a) < 0 && mesh.coordinate(a) != 0) owner = false;
+  const LocalBlock b = local_block<S>(mesh, t.shape());
+  const std::vector<hsize_t> global(t.shape().begin(), t.shape().end());
+  const std::vector<hsize_t> padded(b.padded.begin(), b.padded.end());
+  const std::vector<hsize_t> valid(b.extents.begin(), b.extents.end());
+  std::vector<hsize_t> offset;
+  for (int d = 0; d < rank; ++d)
+    offset.push_back(static_cast<hsize_t>(
+        std::min(b.offsets[static_cast<std::size_t>(d)], t.shape()[static_cast<std::size_t>(d)])));
+  const std::int64_t elements = gshard::detail::product(b.extents);
+  // One copy writes; all read.
+  const bool owner =
+      gshard::detail::writes_block(S::layout, mesh.coordinates(), S::mesh_type::axis_count);
   H5Block out;
   if (rank == 0) {
     out.file_space = H5Id(H5Screate(H5S_SCALAR), H5Sclose);
@@ -465,23 +462,21 @@ void save_hdf5(const std::string& path, std::string_view dataset, const S& tenso
     }
     fail_cleanly(file, error);
   }
+  const detail::H5Block block = detail::select_block(tensor, /*writing=*/true);
   if (!set.ok()) {
-    const detail::H5Block shape_only = detail::select_block(tensor, /*writing=*/true);
     const detail::H5Id lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
     H5Pset_create_intermediate_group(lcpl.get(), 1);
     std::string error;
     H5E_BEGIN_TRY {
-      // A fresh dataspace of the global shape (the selection above does not matter for creation).
-      set = detail::H5Id(
-          H5Dcreate2(file.get(), name.c_str(), detail::h5_native_type<T>(),
-                     shape_only.file_space.get(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT),
-          H5Dclose);
+      // The dataspace of the global shape (its selection does not matter for creation).
+      set = detail::H5Id(H5Dcreate2(file.get(), name.c_str(), detail::h5_native_type<T>(),
+                                    block.file_space.get(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT),
+                         H5Dclose);
       if (!set.ok()) error = "cannot create " + what + ": " + detail::h5_error_text();
     }
     H5E_END_TRY;
     fail_cleanly(file, error);
   }
-  const detail::H5Block block = detail::select_block(tensor, /*writing=*/true);
   auto host = Kokkos::create_mirror_view(tensor.local_view());
   Kokkos::deep_copy(host, tensor.local_view());
   const detail::H5Id dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);

@@ -182,12 +182,8 @@ FileBlock file_block(const S& t, const std::string& op, const std::string& name)
     b.offset.push_back(static_cast<int>(std::min(blk.offset, n)));
     b.elements *= blk.valid;
   }
-  for (int a = 0; a < gshard::detail::mesh_state(mesh).axis_count; ++a) {
-    bool splits = false;
-    for (int d = 0; d < layout.rank; ++d)
-      for (int i = 0; i < layout.dims[d].axis_count; ++i) splits |= layout.dims[d].axes[i] == a;
-    if (!splits && mesh.coordinate(a) != 0) b.owner = false;
-  }
+  b.owner = gshard::detail::writes_block(layout, mesh.coordinates(),
+                                         gshard::detail::mesh_state(mesh).axis_count);
   return b;
 }
 

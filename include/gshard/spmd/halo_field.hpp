@@ -168,28 +168,10 @@ class HaloField {
     }
   }
 
-  [[nodiscard]] std::array<std::int64_t, max_dims> view_strides() const {
-    std::array<std::int64_t, max_dims> s{};
-    for (int d = 0; d < rank; ++d) s[static_cast<std::size_t>(d)] = view_.stride(d);
-    return s;
-  }
-
   // The interior of the view against the padded row-major shard of a tensor of layout S.
   [[nodiscard]] detail::BoxCopy interior_box(bool into_view) const {
-    const Shape padded = detail::local_extents(S::layout, shape_, mesh_.sizes());
-    std::int64_t flat[max_dims]{};
-    detail::row_major_strides(rank, padded.data(), flat);
-    const auto vs = view_strides();
-    detail::BoxCopy c;
-    c.rank = rank;
-    for (int d = 0; d < rank; ++d) {
-      const auto u = static_cast<std::size_t>(d);
-      c.box[d] = block_.extents[u];
-      c.src_stride[d] = into_view ? flat[d] : vs[u];
-      c.dst_stride[d] = into_view ? vs[u] : flat[d];
-      (into_view ? c.dst_start : c.src_start)[d] = options_.width;
-    }
-    return c;
+    return detail::block_box(block_.extents, block_.padded, detail::view_strides(view_), into_view,
+                             options_.width);
   }
 
   // The two send_recv of every split dimension, and buffers for the largest border.
@@ -198,7 +180,7 @@ class HaloField {
     std::vector<std::string> names;
     for (auto a : mesh_type::axis_names) names.emplace_back(a);
     const auto& state = detail::mesh_state(mesh_);
-    const auto vs = view_strides();
+    const Shape vs = detail::view_strides(view_);
     std::int64_t largest = 0;
     for (int d = 0; d < rank && w > 0; ++d) {
       const auto& dim = S::layout.dims[d];

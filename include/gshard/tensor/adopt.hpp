@@ -145,11 +145,10 @@ std::string alias_refusal(const View& v, const Shape& padded) {
   }
 }
 
-/// A box copy between a flat row-major padded block and a View's own strides, in the default
-/// execution space (both must be accessible from it).
-template <class T>
-BoxCopy block_box(const Shape& extents, const Shape& padded, const Shape& view_strides,
-                  bool into_view) {
+/// A box copy of `extents` elements between a flat row-major padded block and a View's own
+/// strides, starting at `view_start` in every dimension of the View (a halo's width, or 0).
+inline BoxCopy block_box(const Shape& extents, const Shape& padded, const Shape& view_strides,
+                         bool into_view, std::int64_t view_start = 0) {
   BoxCopy c;
   c.rank = static_cast<int>(extents.size());
   std::int64_t flat[max_dims]{};
@@ -159,6 +158,7 @@ BoxCopy block_box(const Shape& extents, const Shape& padded, const Shape& view_s
     c.box[d] = extents[u];
     c.src_stride[d] = into_view ? flat[d] : view_strides[u];
     c.dst_stride[d] = into_view ? view_strides[u] : flat[d];
+    (into_view ? c.dst_start : c.src_start)[d] = view_start;
   }
   return c;
 }
@@ -244,7 +244,7 @@ S adopt_local(const typename S::mesh_type& mesh, Shape global_shape, const View&
     S out(mesh, std::move(global_shape));
     const auto readable = device_readable(local);
     copy_box(readable.data(), out.local_view().data(),
-             block_box<T>(block.extents, block.padded, view_strides(readable), false));
+             block_box(block.extents, block.padded, view_strides(readable), false));
     return out;
   }
 }
@@ -277,13 +277,13 @@ void store_local(const Sharded<T, MeshT, Spec>& tensor, const View& local) {
     using Exec = Kokkos::DefaultExecutionSpace;
     if constexpr (Kokkos::SpaceAccessibility<Exec, typename View::memory_space>::accessible) {
       copy_box(tensor.local_view().data(), local.data(),
-               block_box<T>(block.extents, block.padded, view_strides(local), true));
+               block_box(block.extents, block.padded, view_strides(local), true));
     } else {
       Kokkos::View<typename View::non_const_data_type, Kokkos::LayoutRight, Exec::memory_space>
           packed(Kokkos::view_alloc(Kokkos::WithoutInitializing, "gshard::store staging"),
                  layout_right_of(local));
       copy_box(tensor.local_view().data(), packed.data(),
-               block_box<T>(block.extents, block.padded, view_strides(packed), true));
+               block_box(block.extents, block.padded, view_strides(packed), true));
       auto staged = Kokkos::create_mirror_view_and_copy(typename View::memory_space(), packed);
       Kokkos::deep_copy(local, staged);
     }

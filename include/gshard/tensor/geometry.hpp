@@ -69,6 +69,14 @@ inline Shape local_extents(const Layout& layout, const Shape& global,
   return out;
 }
 
+/// Whether the rank at `coords` holds the copy of its block that writes it to a file: coordinate 0
+/// on every mesh axis that does not split the layout (the other copies are the same values).
+inline bool writes_block(const Layout& layout, const Coords& coords, int axis_count) {
+  for (int a = 0; a < axis_count; ++a)
+    if (layout.dim_on_axis(a) < 0 && coords[static_cast<std::size_t>(a)] != 0) return false;
+  return true;
+}
+
 inline std::int64_t product(const Shape& s) {
   std::int64_t p = 1;
   for (auto v : s) p *= v;
