@@ -1,4 +1,6 @@
 """Shared by the bench table scripts: run notes, and rewriting a marked block of a document."""
+import argparse
+import csv
 import sys
 
 
@@ -26,3 +28,19 @@ def write_block(doc, text, begin, end, tool):
         f.write(head + text + tail)
     print(f"{tool}: updated {doc}")
     return 0
+
+
+def per_rank_rows(begin):
+    """The command line of a per-rank table script (run_ranks.sh): [--doc D] [--meta M] CSV...
+    Returns the arguments, every CSV's rows, and the block's first lines (the marker, then one
+    bullet per line of the run's record)."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--doc")
+    p.add_argument("--meta")
+    p.add_argument("csvs", nargs="+")
+    a = p.parse_args()
+    rows = []
+    for path in a.csvs:
+        with open(path) as f:
+            rows += list(csv.DictReader(f))
+    return a, rows, [begin, ""] + ["- " + m for m in read_meta(a.meta)]

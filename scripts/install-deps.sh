@@ -8,8 +8,9 @@ purpose=${1:-build}
 # libcli11-dev: examples/moe_lm parses its command line with CLI11 (header-only).
 # nlohmann-json3-dev: the safetensors reader parses its JSON header with it (header-only).
 # libhdf5-openmpi-dev: parallel HDF5 for io/hdf5.hpp (gshard::hdf5).
+# libscalapack-openmpi-dev: bench_matmul's reference, ScaLAPACK's p?gemm (skipped without it).
 packages=(g++ make cmake libopenmpi-dev openmpi-bin libeigen3-dev doctest-dev libtrilinos-kokkos-dev
-  libopenblas-dev libcli11-dev nlohmann-json3-dev libhdf5-openmpi-dev)
+  libopenblas-dev libcli11-dev nlohmann-json3-dev libhdf5-openmpi-dev libscalapack-openmpi-dev)
 # The main job's corpus (Debian's fortune cookies, 8 languages) and its plots (gnuplot); the tests
 # read the corpus and draw a plot too.
 moe_lm=(fortunes fortunes-de fortunes-es fortunes-it fortunes-ru fortunes-pl fortunes-cs fortunes-zh

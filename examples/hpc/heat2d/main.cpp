@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "../cli.hpp"
 #include "jacobi.hpp"
 #include "png.hpp"
 
@@ -39,20 +40,6 @@ struct Options {
   std::string mesh, input, dataset = "u", out = "heat2d_out";
   bool check = false;
 };
-
-// py x px = ranks, as square as the rank count allows (py <= px).
-std::array<int, 2> mesh_shape(const std::string& text, int ranks) {
-  if (!text.empty()) {
-    int py = 0, px = 0;
-    if (std::sscanf(text.c_str(), "%dx%d", &py, &px) != 2 || py * px != ranks)
-      throw std::runtime_error("--mesh " + text + ": want PxQ with P*Q = " + std::to_string(ranks));
-    return {py, px};
-  }
-  int py = 1;
-  for (int p = 1; p * p <= ranks; ++p)
-    if (ranks % p == 0) py = p;
-  return {py, ranks / py};
-}
 
 // The initial temperatures of a block starting at global (i0, j0). Its own function: nvcc cannot
 // name a device lambda inside a function whose signature names a spec (docs/backends.md).
@@ -115,7 +102,7 @@ int run(const Options& o) {
   int ranks = 1, me = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
-  const auto [py, px] = mesh_shape(o.mesh, ranks);
+  const auto [py, px] = hpc::grid_shape(o.mesh, ranks, "--mesh");
   const Mesh mesh(MPI_COMM_WORLD, {py, px});
   namespace fs = std::filesystem;
   const fs::path out = o.out;
@@ -206,17 +193,5 @@ int main(int argc, char** argv) {
   app.add_option("--dataset", o.dataset, "its dataset");
   app.add_option("--out", o.out, "output directory");
   app.add_flag("--check", o.check, "compare with a one-rank loop, bit for bit");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int me = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &me);
-    return me == 0 ? app.exit(e) : (e.get_exit_code() != 0 ? 1 : 0);
-  }
-  try {
-    return run(o);
-  } catch (const std::exception& e) {
-    std::cerr << "heat2d: " << e.what() << "\n";
-    return 1;
-  }
+  return hpc::parse_and_run(app, argc, argv, "heat2d", [&] { return run(o); });
 }

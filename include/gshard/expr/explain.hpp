@@ -3,6 +3,7 @@
 // op with its source line, its operands and result (layouts, global shapes), its local kernel,
 // and every collective an operand needs (kind, axes, bytes this rank sends).
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -25,6 +26,8 @@ struct PlanStep {
   std::string kernel;
   std::string result;
   std::vector<PlannedCollective> collectives;
+  std::string note;                        // why this plan (the einsum planner's choice)
+  std::optional<PlannedCollective> after;  // a collective on the op's own result
 };
 
 class Planner {
@@ -69,12 +72,16 @@ class Planner {
   [[nodiscard]] std::string str() const {
     std::ostringstream s;
     std::int64_t calls = 0, bytes = 0;
-    for (const auto& st : steps_)
-      for (const auto& c : st.collectives) {
-        for (const auto& step : c.plan.steps)
+    for (const auto& st : steps_) {
+      std::vector<const PlannedCollective*> all;
+      for (const auto& c : st.collectives) all.push_back(&c);
+      if (st.after) all.push_back(&*st.after);
+      for (const auto* c : all) {
+        for (const auto& step : c->plan.steps)
           if (step.axes != 0) ++calls;
-        bytes += c.plan.bytes();
+        bytes += c->plan.bytes();
       }
+    }
     s << "gshard plan on " << mesh_ << ", rank " << rank_ << ": " << steps_.size() << " op(s), "
       << calls << " implicit collective(s), " << bytes << " bytes sent by this rank\n";
     for (const auto& line : input_lines_) s << "  " << line << "\n";
@@ -82,7 +89,7 @@ class Planner {
       s << "  " << st.id << " = " << st.op << "   at " << st.where << "\n";
       for (std::size_t i = 0; i < st.operands.size(); ++i)
         s << "      operand " << i << ": " << st.operands[i] << "\n";
-      for (const auto& c : st.collectives) {
+      auto collective = [&](const PlannedCollective& c) {
         s << "      implicit, for " << c.operand << ": ";
         std::istringstream lines(explain(c.plan));
         std::string line;
@@ -91,8 +98,11 @@ class Planner {
           s << (first ? "" : "        ") << line << "\n";
           first = false;
         }
-      }
+      };
+      for (const auto& c : st.collectives) collective(c);
+      if (!st.note.empty()) s << "      " << st.note << "\n";
       s << "      local: " << st.kernel << "\n";
+      if (st.after) collective(*st.after);
       s << "      result: " << st.result << "\n";
     }
     return s.str();

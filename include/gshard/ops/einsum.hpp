@@ -155,21 +155,38 @@ class EinsumExpr {
     if (s_->value) return *s_->value;
     const detail::UserSite site(s_->where, "einsum");
     const std::string op = std::string("einsum \"").append(Einsum.view()).append("\"");
-    const auto a = detail::materialise_as(std::get<0>(s_->operands), rules.operands[0], op);
     const mesh_type& m = mesh();
     if constexpr (binary) {
-      const auto b = detail::materialise_as(std::get<1>(s_->operands), rules.operands[1], op);
-      s_->value =
-          detail::einsum_runtime<value_type>(Einsum.view(), parsed.spec, detail::mesh_state(m),
-                                             detail::axis_name_list<mesh_type>(), a, &b, &rules);
+      const detail::EinsumChoice choice = choose();
+      const auto a =
+          detail::materialise_as(std::get<0>(s_->operands), choice.compute.operands[0], op);
+      const auto b =
+          detail::materialise_as(std::get<1>(s_->operands), choice.compute.operands[1], op);
+      const auto names = detail::axis_name_list<mesh_type>();
+      auto out = detail::einsum_runtime<value_type>(
+          Einsum.view(), parsed.spec, detail::mesh_state(m), names, a, &b, &choice.compute);
+      // The cheaper plan ends in another layout: bring it to the one the type promises.
+      if (!choice.by_rules)
+        out = detail::reshard_runtime(out, layout, detail::mesh_state(m), names);
+      s_->value = out;
       record_backward(a, &b);
     } else {
+      const auto a = detail::materialise_as(std::get<0>(s_->operands), rules.operands[0], op);
       s_->value = detail::einsum_runtime<value_type>(
           Einsum.view(), parsed.spec, detail::mesh_state(m), detail::axis_name_list<mesh_type>(), a,
           static_cast<const detail::RuntimeTensor<value_type>*>(nullptr), &rules);
       record_backward(a, nullptr);
     }
     return *s_->value;
+  }
+
+  // The cost model's plan (expr/contraction.hpp); the same on every rank.
+  detail::EinsumChoice choose() const {
+    const auto& x = std::get<0>(s_->operands);
+    const auto& y = std::get<1>(s_->operands);
+    return detail::choose_einsum_layouts(
+        parsed.spec, rules, A::layout, x.shape(), B::layout, y.shape(), mesh().sizes(),
+        detail::axis_name_list<mesh_type>(), static_cast<std::int64_t>(sizeof(value_type)));
   }
 
   std::string plan(detail::Planner& p) const {
@@ -190,10 +207,25 @@ class EinsumExpr {
       blocks.push_back(
           detail::local_block(need, detail::shape_in(need, X::layout, x.shape()), m.sizes()));
     };
-    operand(std::get<0>(s_->operands), rules.operands[0]);
-    if constexpr (binary) operand(std::get<1>(s_->operands), rules.operands[1]);
     const Shape out = shape();
-    const detail::LocalBlock lo = detail::local_block(layout, out, m.sizes());
+    EinsumLayouts use = rules;
+    if constexpr (binary) {
+      const detail::EinsumChoice choice = choose();
+      use = choice.compute;
+      st.note = choice.by_rules
+                    ? std::string()
+                    : "planner: " + std::to_string(choice.bytes) + " bytes sent instead of " +
+                          std::to_string(choice.rules_bytes) + " by the layout rules' plan (" +
+                          std::to_string(choice.candidates) + " plans costed)";
+      if (!choice.by_rules)
+        st.after = detail::PlannedCollective{
+            "the result", detail::plan_reshard(use.output, layout, out, m.sizes(), m.coordinates(),
+                                               detail::axis_name_list<mesh_type>(),
+                                               static_cast<std::int64_t>(sizeof(value_type)))};
+    }
+    operand(std::get<0>(s_->operands), use.operands[0]);
+    if constexpr (binary) operand(std::get<1>(s_->operands), use.operands[1]);
+    const detail::LocalBlock lo = detail::local_block(use.output, out, m.sizes());
     const detail::GemmShape g =
         detail::contract_shape(blocks[0], binary ? &blocks[1] : nullptr, lo);
     st.kernel = binary

@@ -22,13 +22,14 @@ namespace gshard {
 
 namespace detail {
 
-/// Results of resharding, recycled: a result the caller has dropped (the cache holds its only
-/// reference) is handed out again for the next result of the same size, so `y = reshard<L>(x)`
-/// in a loop stops allocating (and first-touching) after two iterations. Small results and
-/// results nobody dropped take a fresh allocation. Holds at most `slots` dropped results; all
-/// are released when Kokkos finalises.
+/// Results of resharding and einsums, recycled: a result the caller has dropped (the cache holds
+/// its only reference) is handed out again for the next result of the same size, so
+/// `y = reshard<L>(x)` or `c = einsum(a, b)` in a loop stops allocating (and first-touching)
+/// after two iterations. Small results and results nobody dropped take a fresh allocation. Holds
+/// at most `slots` dropped results; all are released when Kokkos finalises. The contents are
+/// undefined: callers write every element.
 template <class T>
-Kokkos::View<T*> recycled_result(std::int64_t n) {
+Kokkos::View<T*> recycled_result(std::int64_t n, const char* label = "gshard::reshard") {
   constexpr std::size_t slots = 8;
   constexpr std::int64_t min_bytes = std::int64_t{256} << 10;
   static std::vector<Kokkos::View<T*>> cache;
@@ -40,8 +41,7 @@ Kokkos::View<T*> recycled_result(std::int64_t n) {
   if (n * static_cast<std::int64_t>(sizeof(T)) >= min_bytes)
     for (const Kokkos::View<T*>& v : cache)
       if (v.use_count() == 1 && static_cast<std::int64_t>(v.extent(0)) == n) return v;
-  Kokkos::View<T*> fresh(
-      Kokkos::view_alloc(std::string("gshard::reshard"), Kokkos::WithoutInitializing), n);
+  Kokkos::View<T*> fresh(Kokkos::view_alloc(std::string(label), Kokkos::WithoutInitializing), n);
   advise_huge_pages(fresh);
   if (n * static_cast<std::int64_t>(sizeof(T)) < min_bytes) return fresh;
   if (cache.size() >= slots) {  // forget a dropped one (freeing it), or do not cache
