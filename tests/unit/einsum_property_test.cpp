@@ -1,8 +1,8 @@
 // Einsum, property-based: over a thousand random unary and binary einsums through the run-time
-// engine (gshard::detail::einsum_runtime), each checked against a naive single-rank loop over
-// the global operands; then typed cases through gshard::einsum<"...">(), whose result types are
-// checked against spec strings derived by hand from the rules of core/einsum.hpp; then sizes
-// that disagree.
+// engine (gshard::detail::einsum_runtime, the cost model choosing each plan), each checked
+// against a naive single-rank loop over the global operands; then typed cases through
+// gshard::einsum<"...">(), whose result types are checked against spec strings derived by hand from
+// the rules of core/einsum.hpp; then sizes that disagree.
 //
 // Every rank draws the same cases from the same seed (SPMD). Operand shards are built by us from
 // global arrays with our own block arithmetic (ceil-sized blocks, zero padding); for a partial
@@ -313,7 +313,7 @@ std::string check_values(const std::vector<T>& got, const Layout& l, const Shape
 
 template <class T>
 std::string run_case(const Case& c, const gshard::detail::MeshState& mesh, const Grid& grid,
-                     int& no_comm_cases) {
+                     int& no_comm_cases, int& cost_planned_cases) {
   const gshard::EinsumParse p = gshard::parse_einsum(c.text);
   if (p.error != gshard::EinsumError::none) return "the test's einsum does not parse";
   const std::vector<double> ga =
@@ -332,17 +332,28 @@ std::string run_case(const Case& c, const gshard::detail::MeshState& mesh, const
            gshard::ReduceOp::sum};
   const gshard::EinsumLayouts rules =
       gshard::infer_einsum(p.spec, c.a.layout, c.binary ? c.b.layout : Layout{});
-  // What the einsum may move: the reshards of its operands to the layouts the rules give them.
-  Int planned = 0;
+  // What the einsum may move: the reshards of its operands to the layouts its plan gives them
+  // (the rules' or, for a binary einsum, the cost model's), and then its result's to the rules'.
+  gshard::EinsumLayouts plan = rules;
+  bool by_rules = true;
+  if (c.binary) {
+    const auto choice =
+        gshard::detail::choose_einsum_layouts(p.spec, rules, c.a.layout, c.a.shape, c.b.layout,
+                                              c.b.shape, mesh.sizes, c.names, Int{sizeof(T)});
+    plan = choice.compute;
+    by_rules = choice.by_rules;
+  }
+  if (!by_rules) ++cost_planned_cases;
+  auto bytes = [&](const Layout& from, const Layout& to, const Shape& shape) {
+    return gshard::detail::plan_reshard(from, to, shape, mesh.sizes, mesh.coords, c.names,
+                                        Int{sizeof(T)})
+        .bytes();
+  };
+  Int planned = bytes(c.a.layout, plan.operands[0], c.a.shape);
   bool already = c.a.layout == rules.operands[0];
-  planned += gshard::detail::plan_reshard(c.a.layout, rules.operands[0], c.a.shape, mesh.sizes,
-                                          mesh.coords, c.names, Int{sizeof(T)})
-                 .bytes();
   if (c.binary) {
     already = already && c.b.layout == rules.operands[1];
-    planned += gshard::detail::plan_reshard(c.b.layout, rules.operands[1], c.b.shape, mesh.sizes,
-                                            mesh.coords, c.names, Int{sizeof(T)})
-                   .bytes();
+    planned += bytes(c.b.layout, plan.operands[1], c.b.shape);
   }
   gshard::comm_counters().reset();
   RT r;
@@ -369,9 +380,10 @@ std::string run_case(const Case& c, const gshard::detail::MeshState& mesh, const
   if (wrong.empty() && already && counted.calls != 0)
     wrong = "the operands already had the rules' layouts, yet " + std::to_string(counted.calls) +
             " collectives ran";
+  if (!by_rules) planned += bytes(plan.output, rules.output, expect_shape);
   if (wrong.empty() && counted.bytes != planned)
-    wrong = "counters show " + std::to_string(counted.bytes) +
-            " bytes, the operands' reshards plan " + std::to_string(planned);
+    wrong = "counters show " + std::to_string(counted.bytes) + " bytes, the plan's reshards " +
+            std::to_string(planned);
   if (already) ++no_comm_cases;
   const Reference ref = naive(c.out, c.a.labels, c.a.shape, ga, c.binary ? &c.b.labels : nullptr,
                               c.binary ? &c.b.shape : nullptr, c.binary ? &gb : nullptr);
@@ -400,7 +412,7 @@ TEST_CASE("einsum (run-time engine): random einsums, layouts, shapes and meshes 
       (total_random_cases + static_cast<int>(meshes.size()) - 1) / static_cast<int>(meshes.size());
   Dice dice(20240917);  // the same on every rank: every rank draws the same cases
   int cases = 0, failures = 0, reported = 0;
-  int unary = 0, single = 0, partial_in = 0, partial_out = 0, no_comm = 0;
+  int unary = 0, single = 0, partial_in = 0, partial_out = 0, no_comm = 0, cost_planned = 0;
   for (const auto& m : meshes) {
     const Grid grid = grid_of(m.sizes, world_rank());
     for (int i = 0; i < per_mesh; ++i) {
@@ -416,8 +428,9 @@ TEST_CASE("einsum (run-time engine): random einsums, layouts, shapes and meshes 
                            ? 1
                            : 0;
       }
-      const std::string wrong = c.single ? run_case<float>(c, *m.state, grid, no_comm)
-                                         : run_case<double>(c, *m.state, grid, no_comm);
+      const std::string wrong = c.single
+                                    ? run_case<float>(c, *m.state, grid, no_comm, cost_planned)
+                                    : run_case<double>(c, *m.state, grid, no_comm, cost_planned);
       if (!wrong.empty()) {
         ++failures;
         if (reported++ < 8)
@@ -431,8 +444,10 @@ TEST_CASE("einsum (run-time engine): random einsums, layouts, shapes and meshes 
     MESSAGE(cases << " random einsums over " << meshes.size() << " meshes: " << unary << " unary, "
                   << single << " in float, " << partial_in << " with partial operands, "
                   << partial_out << " with partial results, " << no_comm
-                  << " with operands already in place");
+                  << " with operands already in place, " << cost_planned
+                  << " on a plan of the cost model's other than the rules'");
   CHECK(cases >= 1000);
+  if (n > 1) CHECK(cost_planned > 0);
   CHECK(failures == 0);
 }
 

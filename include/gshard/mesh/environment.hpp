@@ -5,6 +5,7 @@
 #include <Kokkos_Core.hpp>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -34,6 +35,29 @@ inline bool tune_malloc(bool requested) {
   (void)requested;
 #endif
   return tuned;
+}
+
+/// Kokkos::initialize(argc, argv) without "--help": Kokkos answers that flag with its own help
+/// text, before the program's parser can print the program's. Kokkos' own options (and
+/// --kokkos-help) still reach it and are removed from argv as usual; "--help" stays in argv,
+/// where Kokkos leaves its unprefixed options.
+inline void initialize_kokkos(int& argc, char** argv) {
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i)
+    if (std::strcmp(argv[i], "--help") != 0) args.push_back(argv[i]);
+  int n = static_cast<int>(args.size());
+  args.push_back(nullptr);
+  Kokkos::initialize(n, args.data());
+  // Kokkos removed what it consumed from `args`, keeping the order: keep the same in argv.
+  int out = 0;
+  for (int i = 0, j = 0; i < argc; ++i) {
+    const bool help = std::strcmp(argv[i], "--help") == 0;
+    const bool kept = !help && j < n && args[static_cast<std::size_t>(j)] == argv[i];
+    if (kept) ++j;
+    if (help || kept) argv[out++] = argv[i];
+  }
+  for (int i = out; i < argc; ++i) argv[i] = nullptr;
+  argc = out;
 }
 
 }  // namespace detail
@@ -93,7 +117,7 @@ class Environment {
     }
     if (!Kokkos::is_initialized()) {
       if (argc != nullptr && argv != nullptr) {
-        Kokkos::initialize(*argc, *argv);
+        detail::initialize_kokkos(*argc, *argv);
       } else {
         int no_argc = 0;
         Kokkos::initialize(no_argc, nullptr);
