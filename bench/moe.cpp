@@ -9,21 +9,38 @@
 // over --reps steps after --warmup.
 //
 // Cases (T tokens in all, S per group, M, H, E experts, capacity factor cf: C = S cf / E):
-//   gshard_T   T = 4096, 8192, 16384; S 1024, M 512, H 2048, E 8, cf 2 (the shape)
+//   gshard_T   T = 4096, 8192, 16384; S 1024, M 512, H 2048, E 8 (the shape)
 //   tutel      Tutel's helloworld: M = H = 2048, 2 experts per rank, top-2 with Tutel's capacity
 //              factor 1 (C = k cf T / E, so cf 2 here); 2048 tokens per rank (Tutel: 16 x 512;
 //              cut 4x to keep a step near 5 s on one core), one group per 512 tokens.
 //   weak       weak scaling: 2 experts per rank, 2048 tokens per rank in groups of 512, M 512, H
 //   2048.
+// Modes (--modes, comma-separated, or "all"; each case runs every mode on the same x, r and
+// expert weights):
+//   cf2, cf1.25     the capacity path at capacity factor 2 (the default, today's rows) and 1.25:
+//                   E G C rows computed (padded), assignments over C dropped
+//   dropless        MoeOptions::dropless: exactly the routed assignments computed, none dropped
+//   cf2_skew,       the same two on a skewed router: --skew added to every entry of the router's
+//   dropless_skew   columns of experts 0 and 1 (one rank's block when E >= 2 ranks), so the tokens
+//                   whose features sum above 0 (about half) route both choices to those two
 // After the timed steps, one more step under the deterministic counters: per-rank peak bytes of
-// Kokkos allocations, contraction FLOPs and AllToAll bytes sent (max over ranks).
-// Expert FLOPs of a step: 3 (forward, two backward GEMMs) x 2 GEMMs x 2 E C G M H.
+// Kokkos allocations, contraction FLOPs and AllToAll(v) bytes sent (max over ranks), contraction
+// FLOPs summed over ranks, and the routing of that step (kept assignments per expert, dropped
+// fraction); then the process's peak resident set (getrusage ru_maxrss, max over ranks: the
+// process's high-water mark so far, so of every case and mode run before it in the process).
+// Expert FLOPs of a step (analytic): 3 (forward, two backward GEMMs) x 2 GEMMs x 2 M H per row,
+// rows = E C G for the capacity path (padding included), the routed assignments for dropless.
 // GEMM-bound limit: those FLOPs at the best one-core sgemm rate (fastest of 2 x 10 runs) measured
-// here on the experts' GEMM shapes ([C G, M] x [M, H] and [C G, H] x [H, M]), times the rank count
-// (one core each).
+// here on the experts' GEMM shapes ([rows, M] x [M, H] and [rows, H] x [H, M], rows = C G, or the
+// routed assignments / E for dropless), times the rank count (one core each); of limit = tokens/s
+// over that limit = the step's GEMM-bound share.
+// Imbalance: max over ranks / mean of the kept assignments each rank's experts receive (experts
+// in blocks of ceil(E / ranks)); the capacity path computes E C G / ranks rows per rank whatever
+// it.
 //
-// Usage: bench_moe [--csv PATH] [--reps N] [--warmup N] [--only TEXT]
+// Usage: bench_moe [--csv PATH] [--reps N] [--warmup N] [--only TEXT] [--modes LIST] [--skew B]
 #include <mpi.h>
+#include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
 
@@ -32,6 +49,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <numeric>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -57,6 +75,8 @@ struct Options {
   int reps = 5;
   int warmup = 1;
   std::string only;
+  std::string modes = "cf2";
+  double skew = 0.5;
 };
 
 // The command line, through CLI11 (as the main job); nullopt: run, else the exit code.
@@ -66,6 +86,9 @@ std::optional<int> parse(int argc, char** argv, Options& o, bool print) {
   app.add_option("--reps", o.reps, "timed steps per case")->check(CLI::PositiveNumber);
   app.add_option("--warmup", o.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
   app.add_option("--only", o.only, "cases whose name contains this text (\"weak\": weak scaling)");
+  app.add_option("--modes", o.modes,
+                 "comma-separated: cf2, cf1.25, dropless, cf2_skew, dropless_skew, or all");
+  app.add_option("--skew", o.skew, "added to the router's columns of experts 0 and 1 (_skew)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -80,27 +103,57 @@ std::optional<int> parse(int argc, char** argv, Options& o, bool print) {
 struct Case {
   std::string name;
   std::int64_t tokens, s, m, h, e;
-  double cf;
   [[nodiscard]] std::int64_t groups() const { return tokens / s; }
-  [[nodiscard]] std::int64_t capacity() const {
-    return static_cast<std::int64_t>(static_cast<double>(s) * cf / static_cast<double>(e));
-  }
-  [[nodiscard]] double expert_flops() const {
-    return 3.0 * 2.0 * 2.0 * static_cast<double>(e * capacity() * groups()) *
-           static_cast<double>(m * h);
-  }
 };
 
-double step(X& x, Wg& wg, Wi& wi, Wo& wo, const X& r, const Case& c) {
-  return bench::moe_step(x, wg, wi, wo, r,
-                         {.k = 2,
-                          .capacity_factor = c.cf,
-                          .min_capacity = 4,
-                          .second_expert = gs::nn::SecondExpert::all});
+// How a case's layer runs: the capacity path at a capacity factor, or dropless; router balanced
+// or skewed toward experts 0 and 1.
+struct Mode {
+  std::string name;
+  bool dropless;
+  double cf;  // capacity path only
+  bool skew;
+};
+
+const std::vector<Mode>& all_modes() {
+  static const std::vector<Mode> modes = {{"cf2", false, 2.0, false},
+                                          {"cf1.25", false, 1.25, false},
+                                          {"dropless", true, 0.0, false},
+                                          {"cf2_skew", false, 2.0, true},
+                                          {"dropless_skew", true, 0.0, true}};
+  return modes;
 }
 
-// Best one-core sgemm GFLOP/s on the experts' two GEMM shapes (rows = C G per expert).
+std::vector<Mode> chosen_modes(const std::string& list) {
+  if (list == "all") return all_modes();
+  std::vector<Mode> out;
+  std::stringstream in(list);
+  for (std::string name; std::getline(in, name, ',');) {
+    const auto it = std::find_if(all_modes().begin(), all_modes().end(),
+                                 [&](const Mode& m) { return m.name == name; });
+    if (it == all_modes().end()) throw gs::Error("bench_moe", "no mode \"" + name + "\"");
+    out.push_back(*it);
+  }
+  return out;
+}
+
+gs::nn::MoeOptions options(const Mode& mode) {
+  return {.k = 2,
+          .capacity_factor = mode.dropless ? 2.0 : mode.cf,
+          .min_capacity = 4,
+          .second_expert = gs::nn::SecondExpert::all,
+          .dropless = mode.dropless};
+}
+
+// Expert FLOPs of a step for `rows` rows through the experts: 3 (forward and two backward GEMMs)
+// x 2 GEMMs x 2 M H per row.
+double expert_flops(double rows, const Case& c) {
+  return 3.0 * 2.0 * 2.0 * rows * static_cast<double>(c.m * c.h);
+}
+
+// Best one-core sgemm GFLOP/s on the experts' two GEMM shapes (rows per expert).
 double gemm_gflops(std::int64_t rows, std::int64_t m, std::int64_t h, int reps) {
+  rows = std::max<std::int64_t>(rows, 1);
   std::vector<float> a(static_cast<std::size_t>(rows * std::max(m, h)), 0.5f);
   std::vector<float> b(static_cast<std::size_t>(m * h), 0.25f);
   std::vector<float> c(static_cast<std::size_t>(rows * std::max(m, h)), 0.0f);
@@ -126,6 +179,36 @@ double gemm_gflops(std::int64_t rows, std::int64_t m, std::int64_t h, int reps) 
   return best;
 }
 
+// The router with `bias` added to every entry of the columns of experts 0 and 1.
+Wg skewed(const Line& mesh, const Wg& wg, double bias) {
+  std::vector<float> w = wg.to_global();
+  const std::int64_t e = wg.shape()[1];
+  for (std::size_t i = 0; i < w.size(); ++i)
+    if (static_cast<std::int64_t>(i) % e < 2) w[i] += static_cast<float>(bias);
+  return gs::from_global<Wg>(mesh, wg.shape(), w);
+}
+
+// Max over ranks / mean of the kept assignments each rank's block of ceil(E / ranks) experts
+// receives, and the max.
+std::pair<double, std::int64_t> imbalance(const std::vector<std::int64_t>& per_expert, int ranks) {
+  const auto e = static_cast<std::int64_t>(per_expert.size());
+  const std::int64_t block = (e + ranks - 1) / ranks;
+  std::vector<std::int64_t> per_rank(static_cast<std::size_t>(ranks), 0);
+  for (std::int64_t i = 0; i < e; ++i)
+    per_rank[static_cast<std::size_t>(i / block)] += per_expert[static_cast<std::size_t>(i)];
+  const std::int64_t total = std::accumulate(per_rank.begin(), per_rank.end(), std::int64_t{0});
+  const std::int64_t most = *std::max_element(per_rank.begin(), per_rank.end());
+  const double mean = static_cast<double>(total) / ranks;
+  return {mean > 0 ? static_cast<double>(most) / mean : 1.0, most};
+}
+
+// This process's peak resident set so far, MB (Linux: ru_maxrss in KiB).
+double peak_rss_mb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) * 1024.0 / 1e6;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -137,15 +220,16 @@ int main(int argc, char** argv) {
   try {
     Options o;
     if (const auto code = parse(argc, argv, o, rank == 0)) return *code;
+    const std::vector<Mode> modes = chosen_modes(o.modes);
     const Line mesh(MPI_COMM_WORLD, {ranks});
     gs::memory_counters().enable();
     std::vector<Case> cases;
     for (const std::int64_t t : {4096, 8192, 16384})
-      cases.push_back({"gshard_" + std::to_string(t), t, 1024, 512, 2048, 8, 2.0});
-    cases.push_back({"tutel", 2048 * ranks, 512, 2048, 2048, 2 * ranks, 2.0});
+      cases.push_back({"gshard_" + std::to_string(t), t, 1024, 512, 2048, 8});
+    cases.push_back({"tutel", 2048 * ranks, 512, 2048, 2048, 2 * ranks});
     // Weak scaling: 2 experts per rank (top-2 needs 2 on one rank), 2048 tokens per rank (4
     // groups of 512), M 512, H 2048.
-    cases.push_back({"weak", 2048 * ranks, 512, 512, 2048, 2 * ranks, 2.0});
+    cases.push_back({"weak", 2048 * ranks, 512, 512, 2048, 2 * ranks});
 
     std::FILE* csv = nullptr;
     if (rank == 0) {
@@ -154,62 +238,98 @@ int main(int argc, char** argv) {
       std::fprintf(csv,
                    "case,ranks,tokens,group,M,H,E,capacity,seconds,tokens_per_s,expert_gflop,"
                    "gemm_gflops_per_core,limit_tokens_per_s,fraction_of_limit,peak_mb_per_rank,"
-                   "gflop_per_rank,all_to_all_mb_sent_per_rank\n");
+                   "gflop_per_rank,all_to_all_mb_sent_per_rank,mode,dropless,capacity_factor,"
+                   "skew,routed,computed_rows,dropped_fraction,imbalance,max_rank_rows,"
+                   "gflop_counted,rss_peak_mb\n");
       std::printf("bench_moe: %d rank(s), forward+backward, median of %d after %d warm-up(s)\n",
                   ranks, o.reps, o.warmup);
-      std::printf("%-12s %7s %6s %5s %5s %4s %5s %9s %12s %14s %8s\n", "case", "tokens", "group",
-                  "M", "H", "E", "C", "s/step", "tokens/s", "limit tok/s", "of limit");
+      std::printf("%-12s %-13s %7s %6s %5s %5s %4s %5s %9s %12s %14s %8s %8s %6s %9s\n", "case",
+                  "mode", "tokens", "group", "M", "H", "E", "C", "s/step", "tokens/s",
+                  "limit tok/s", "of limit", "dropped", "imbal", "peak MB");
     }
     for (const Case& c : cases) {
       // "weak" runs only when asked for (bench/run_moe.sh runs it on 1..16 ranks).
       if (o.only.empty() ? c.name == "weak" : c.name.find(o.only) == std::string::npos) continue;
       X x = gs::random_normal<X>(mesh, {c.groups(), c.s, c.m}, 1, 0.0f, 1.0f);
-      Wg wg = gs::random_normal<Wg>(mesh, {c.m, c.e}, 2, 0.0f, 0.05f);
+      Wg wg_balanced = gs::random_normal<Wg>(mesh, {c.m, c.e}, 2, 0.0f, 0.05f);
       Wi wi = gs::random_normal<Wi>(mesh, {c.e, c.m, c.h}, 3, 0.0f, 0.04f);
       Wo wo = gs::random_normal<Wo>(mesh, {c.e, c.h, c.m}, 4, 0.0f, 0.02f);
       const X r = gs::random_normal<X>(mesh, {c.groups(), c.s, c.m}, 5, 0.0f, 1.0f);
-      // The GEMM rate is measured before and after the steps (10 runs each, fastest kept): one
-      // measurement alone varied by 10% on a shared VM.
-      const std::int64_t rows = c.capacity() * c.groups();
-      double gemm = gemm_gflops(rows, c.m, c.h, 10);
-      std::vector<double> times;
-      for (int i = 0; i < o.warmup + o.reps; ++i) {
-        const double t = step(x, wg, wi, wo, r, c);
-        if (i >= o.warmup) times.push_back(t);
-      }
-      const double t = median(times);
-      // One more step under the deterministic counters: peak bytes, FLOPs and AllToAll bytes.
-      auto& memory = gs::memory_counters();
-      memory.reset_peak();
-      gs::flop_counters().reset();
-      const gs::CommCount a2a0 = gs::comm_counters().get("x", gs::Collective::all_to_all);
-      step(x, wg, wi, wo, r, c);
-      const gs::CommCount a2a1 = gs::comm_counters().get("x", gs::Collective::all_to_all);
-      double counted[3] = {static_cast<double>(memory.peak_bytes()),
-                           static_cast<double>(gs::flop_counters().contraction()),
-                           static_cast<double>(a2a1.bytes - a2a0.bytes)};
-      MPI_Allreduce(MPI_IN_PLACE, counted, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-      // Every rank measures the GEMM alone at the same time: one core each, as in the step.
-      gemm = std::max(gemm, gemm_gflops(rows, c.m, c.h, 10));
-      MPI_Allreduce(MPI_IN_PLACE, &gemm, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
-      const double limit = static_cast<double>(c.tokens) /
-                           (c.expert_flops() / (gemm * 1e9 * static_cast<double>(ranks)));
-      const double rate = static_cast<double>(c.tokens) / t;
-      if (rank == 0) {
-        std::printf("%-12s %7lld %6lld %5lld %5lld %4lld %5lld %9.3f %12.0f %14.0f %7.1f%%\n",
-                    c.name.c_str(), static_cast<long long>(c.tokens), static_cast<long long>(c.s),
-                    static_cast<long long>(c.m), static_cast<long long>(c.h),
-                    static_cast<long long>(c.e), static_cast<long long>(c.capacity()), t, rate,
-                    limit, 100.0 * rate / limit);
-        std::fprintf(csv,
-                     "%s,%d,%lld,%lld,%lld,%lld,%lld,%lld,%.6f,%.1f,%.3f,%.2f,%.1f,%.4f,%.3f,%.3f,"
-                     "%.4f\n",
-                     c.name.c_str(), ranks, static_cast<long long>(c.tokens),
-                     static_cast<long long>(c.s), static_cast<long long>(c.m),
-                     static_cast<long long>(c.h), static_cast<long long>(c.e),
-                     static_cast<long long>(c.capacity()), t, rate, c.expert_flops() / 1e9, gemm,
-                     limit, rate / limit, counted[0] / 1e6, counted[1] / 1e9, counted[2] / 1e6);
-        std::fflush(stdout);
+      for (const Mode& mode : modes) {
+        Wg wg = mode.skew ? skewed(mesh, wg_balanced, o.skew) : wg_balanced;
+        const gs::nn::MoeOptions opts = options(mode);
+        const std::int64_t cap = mode.dropless ? 0 : gs::nn::moe_capacity(c.s, c.e, opts);
+        // Rows per expert of the GEMM-rate shapes: C G, or the routed assignments (k T, every
+        // second choice dispatched) over E for dropless.
+        const std::int64_t rows = mode.dropless ? 2 * c.tokens / c.e : cap * c.groups();
+        // The GEMM rate is measured before and after the steps (10 runs each, fastest kept): one
+        // measurement alone varied by 10% on a shared VM.
+        double gemm = gemm_gflops(rows, c.m, c.h, 10);
+        std::vector<double> times;
+        for (int i = 0; i < o.warmup + o.reps; ++i) {
+          const double t = bench::moe_step(x, wg, wi, wo, r, opts);
+          if (i >= o.warmup) times.push_back(t);
+        }
+        const double t = median(times);
+        // One more step under the deterministic counters: peak bytes, FLOPs, AllToAll bytes and
+        // the routing.
+        auto& memory = gs::memory_counters();
+        memory.reset_peak();
+        gs::flop_counters().reset();
+        // AllToAll bytes: the capacity path's AllToAll, dropless's counts (AllToAll) and rows
+        // (AllToAllv).
+        const auto a2a = [] {
+          return gs::comm_counters().get("x", gs::Collective::all_to_all).bytes +
+                 gs::comm_counters().get("x", gs::Collective::all_to_all_v).bytes;
+        };
+        const std::int64_t a2a0 = a2a();
+        bench::MoeStats stats;
+        bench::moe_step(x, wg, wi, wo, r, opts, &stats);
+        const std::int64_t a2a1 = a2a();
+        double counted[4] = {static_cast<double>(memory.peak_bytes()),
+                             static_cast<double>(gs::flop_counters().contraction()),
+                             static_cast<double>(a2a1 - a2a0), peak_rss_mb()};
+        MPI_Allreduce(MPI_IN_PLACE, counted, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        double flops_total = static_cast<double>(gs::flop_counters().contraction());
+        MPI_Allreduce(MPI_IN_PLACE, &flops_total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        // Every rank measures the GEMM alone at the same time: one core each, as in the step.
+        gemm = std::max(gemm, gemm_gflops(rows, c.m, c.h, 10));
+        MPI_Allreduce(MPI_IN_PLACE, &gemm, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+        const std::int64_t kept = std::accumulate(stats.tokens_per_expert.begin(),
+                                                  stats.tokens_per_expert.end(), std::int64_t{0});
+        const double routed = stats.dropped_fraction < 1
+                                  ? static_cast<double>(kept) / (1.0 - stats.dropped_fraction)
+                                  : 0.0;
+        const double computed_rows = mode.dropless
+                                         ? static_cast<double>(kept)
+                                         : static_cast<double>(c.e * stats.capacity * c.groups());
+        const double flops = expert_flops(computed_rows, c);
+        const auto [imbal, max_rows] = imbalance(stats.tokens_per_expert, ranks);
+        const double limit =
+            static_cast<double>(c.tokens) / (flops / (gemm * 1e9 * static_cast<double>(ranks)));
+        const double rate = static_cast<double>(c.tokens) / t;
+        if (rank == 0) {
+          std::printf(
+              "%-12s %-13s %7lld %6lld %5lld %5lld %4lld %5lld %9.3f %12.0f %14.0f %7.1f%% "
+              "%7.1f%% %6.2f %9.1f\n",
+              c.name.c_str(), mode.name.c_str(), static_cast<long long>(c.tokens),
+              static_cast<long long>(c.s), static_cast<long long>(c.m), static_cast<long long>(c.h),
+              static_cast<long long>(c.e), static_cast<long long>(stats.capacity), t, rate, limit,
+              100.0 * rate / limit, 100.0 * stats.dropped_fraction, imbal, counted[0] / 1e6);
+          std::fprintf(csv,
+                       "%s,%d,%lld,%lld,%lld,%lld,%lld,%lld,%.6f,%.1f,%.3f,%.2f,%.1f,%.4f,%.3f,"
+                       "%.3f,%.4f,%s,%d,%.2f,%.3f,%.0f,%.0f,%.6f,%.4f,%lld,%.3f,%.1f\n",
+                       c.name.c_str(), ranks, static_cast<long long>(c.tokens),
+                       static_cast<long long>(c.s), static_cast<long long>(c.m),
+                       static_cast<long long>(c.h), static_cast<long long>(c.e),
+                       static_cast<long long>(stats.capacity), t, rate, flops / 1e9, gemm, limit,
+                       rate / limit, counted[0] / 1e6, counted[1] / 1e9, counted[2] / 1e6,
+                       mode.name.c_str(), mode.dropless ? 1 : 0, mode.dropless ? 0.0 : mode.cf,
+                       mode.skew ? o.skew : 0.0, routed, computed_rows, stats.dropped_fraction,
+                       imbal, static_cast<long long>(max_rows), flops_total / 1e9, counted[3]);
+          std::fflush(stdout);
+          std::fflush(csv);
+        }
       }
     }
     if (csv) std::fclose(csv);

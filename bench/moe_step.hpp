@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <tuple>
 #include <vector>
 
@@ -26,6 +27,13 @@ inline double max_over_ranks(double t) {
   return t;
 }
 
+// What a step's MoeResult said about routing (global counts, the same on every rank).
+struct MoeStats {
+  std::vector<std::int64_t> tokens_per_expert;  // kept (token, choice) assignments
+  double dropped_fraction = 0;                  // of the routed assignments
+  std::int64_t capacity = 0;                    // C (0: dropless)
+};
+
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
@@ -34,7 +42,9 @@ inline double median(std::vector<double> v) {
 
 // Tracks x and the weights, y = moe(...), loss = sum(y * r) + aux_loss (r fixed and random, so
 // every gradient is dense), grad of the loss with respect to all four; seconds, max over ranks.
-inline double moe_step(X& x, Wg& wg, Wi& wi, Wo& wo, const X& r, const gs::nn::MoeOptions& o) {
+// With `stats`, the step's routing statistics are copied there (after the timing).
+inline double moe_step(X& x, Wg& wg, Wi& wi, Wo& wo, const X& r, const gs::nn::MoeOptions& o,
+                       MoeStats* stats = nullptr) {
   MPI_Barrier(MPI_COMM_WORLD);
   const double t0 = now();
   gs::track(std::tie(x, wg, wi, wo));
@@ -45,7 +55,9 @@ inline double moe_step(X& x, Wg& wg, Wi& wi, Wo& wo, const X& r, const gs::nn::M
   // Touch the gradients so nothing is left unevaluated.
   volatile float sink = std::get<0>(g).local_size() > 0 ? 0.0f : 1.0f;
   (void)sink;
-  return max_over_ranks(now() - t0);
+  const double t = max_over_ranks(now() - t0);
+  if (stats) *stats = {out.tokens_per_expert, out.dropped_fraction, out.capacity};
+  return t;
 }
 
 }  // namespace bench

@@ -24,11 +24,14 @@ LIMIT_GOAL = 0.75
 
 
 def read(paths):
-    """{(system, case, ranks): row}; bench_moe rows are system 'gshard'."""
+    """{(system, case, ranks): row}; bench_moe rows are system 'gshard' (its capacity path at cf
+    2, mode cf2: other modes are moe_dropless_table.py's)."""
     out = {}
     for path in paths:
         with open(path, newline="") as f:
             for row in csv.DictReader(f):
+                if (row.get("mode") or "cf2") != "cf2":
+                    continue
                 system = row.get("system", "gshard")
                 out[(system, row["case"], int(row["ranks"]))] = row
     return out

@@ -33,6 +33,16 @@ inline std::optional<int> parse_options(Options& options, int argc, char** argv,
   app.add_option("--ffn", o.ffn, "hidden size of the dense and expert FFNs")->check(positive);
   app.add_option("--experts", o.experts, "experts per MoE layer")->check(positive);
   app.add_option("--capacity-factor", o.capacity_factor, "expert capacity factor")->check(positive);
+  app.add_option("--routing", o.routing,
+                 "capacity: GShard's expert capacity (drops overflow); dropless: every routed "
+                 "token computed, exchanged by exact counts")
+      ->check(CLI::IsMember({"capacity", "dropless"}));
+  app.add_option("--balance", o.balance,
+                 "aux: GShard's auxiliary loss; bias: DeepSeek-V3's selection bias, no loss "
+                 "term; both")
+      ->check(CLI::IsMember({"aux", "bias", "both"}));
+  app.add_option("--bias-rate", o.bias_rate, "step of the selection bias per training step")
+      ->check(positive);
   app.add_option("--context", o.context, "tokens (bytes) per row")->check(positive);
   app.add_option("--batch", o.batch, "global rows per step")->check(positive);
   app.add_option("--steps", o.steps, "training steps")->check(positive);

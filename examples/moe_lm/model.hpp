@@ -41,7 +41,9 @@ inline gshard::nn::TransformerConfig model_config(const Options& o) {
   c.moe.k = 2;
   c.moe.capacity_factor = o.capacity_factor;
   c.moe.second_expert = gshard::nn::SecondExpert::random;
-  c.aux_loss_weight = 1e-2;
+  c.moe.dropless = o.routing == "dropless";
+  c.aux_loss_weight = o.balance == "bias" ? 0.0 : 1e-2;
+  c.bias_rate = o.balance == "aux" ? 0.0 : o.bias_rate;
   // Small tied embedding (GPT-2's 0.02): logits start near 0, the loss near ln 256 = 5.55.
   c.embedding_sd = 0.02;
   return c;

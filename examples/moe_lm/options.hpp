@@ -22,7 +22,10 @@ struct Options {
   int heads = 4;   // head size 32
   int ffn = 512;   // hidden size of the dense and expert FFNs (4 x d_model)
   int experts = 8;
-  double capacity_factor = 2.0;  // GShard's top-2 setting
+  double capacity_factor = 2.0;      // GShard's top-2 setting
+  std::string routing = "capacity";  // or "dropless": every routed assignment computed
+  std::string balance = "aux";       // or "bias" (DeepSeek-V3) or "both"
+  double bias_rate = 1e-3;           // the selection bias's step (balance bias or both)
   int context = 128;
   int batch = 32;  // global rows per step, split over the data axis
   int steps = 680;
@@ -73,7 +76,10 @@ inline std::string describe(const Options& o) {
   std::ostringstream s;
   s << "mesh " << o.mesh << " (data x expert" << (o.mesh_shape.size() == 3 ? " x model" : "")
     << "), d_model " << o.d_model << ", " << o.layers << " blocks, " << o.heads << " heads, ffn "
-    << o.ffn << ", " << o.experts << " experts, capacity factor " << o.capacity_factor << "\n"
+    << o.ffn << ", " << o.experts << " experts, "
+    << (o.routing == "dropless" ? std::string("dropless")
+                                : "capacity factor " + std::to_string(o.capacity_factor))
+    << ", balance " << o.balance << "\n"
     << "context " << o.context << ", batch " << o.batch << ", " << o.steps << " steps, lr " << o.lr
     << " (warmup " << o.warmup << "), eval every " << o.eval_every << " x " << o.eval_batches
     << " batches, time limit " << o.time_limit << " s, seed " << o.seed << ", out " << o.out

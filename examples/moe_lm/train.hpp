@@ -61,7 +61,8 @@ class Trainer {
   std::vector<std::string> generate(const std::vector<std::string>& prompts, int bytes,
                                     std::uint64_t seed, double temperature = 0.8) const;
 
-  /// Saves the parameters (by name), AdamW's moments and step count, and `metadata` as one
+  /// Saves the parameters (by name), AdamW's moments and step count, the routers' selection
+  /// biases (when bias balancing has moved them), and `metadata` as one
   /// safetensors file, collectively and atomically. The RNG state is the seed and the step: every
   /// random draw (batches, the router's second expert, dropout) is a function of them.
   void save(const std::string& path, std::int64_t step,
@@ -76,6 +77,10 @@ class Trainer {
   std::string plan() const;
 
  private:
+  // The routers' selection biases "L E" (replicated, double), for checkpoints.
+  using Bias = gshard::Sharded<double, MeshT, "L E">;
+  [[nodiscard]] Bias selection_bias_tensor() const;
+
   MeshT mesh_;
   Options options_;
   Model model_;

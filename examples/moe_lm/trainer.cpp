@@ -45,6 +45,13 @@ std::pair<Trainer::Tokens, Trainer::Tokens> Trainer::tensors(const Batch& b) con
           gshard::from_global<Tokens>(mesh_, {rows, s}, y)};
 }
 
+Trainer::Bias Trainer::selection_bias_tensor() const {
+  std::vector<double> all;
+  for (const auto& layer : model_.selection_bias) all.insert(all.end(), layer.begin(), layer.end());
+  const auto layers = static_cast<std::int64_t>(model_.selection_bias.size());
+  return gshard::from_global<Bias>(mesh_, {layers, model_.config.experts}, all);
+}
+
 void Trainer::save(const std::string& path, std::int64_t step,
                    const std::map<std::string, std::string>& metadata) {
   gshard::io::SafetensorsWriter w(mesh_.comm());
@@ -54,6 +61,7 @@ void Trainer::save(const std::string& path, std::int64_t step,
   std::apply([&](const auto&... p) { (w.add("model." + std::string(names[i++]), p), ...); },
              params);
   optimizer_.save(w, params);
+  if (!model_.selection_bias.empty()) w.add("router.selection_bias", selection_bias_tensor());
   for (const auto& [k, v] : metadata) w.set_metadata(k, v);
   w.set_metadata("moe_lm.step", std::to_string(step));
   w.set_metadata("moe_lm.seed", std::to_string(options_.seed));
@@ -71,6 +79,15 @@ std::int64_t Trainer::load(const gshard::io::SafetensorsReader& r) {
   std::apply([&](auto&... p) { (r.read_into("model." + std::string(names[i++]), p), ...); },
              params);
   optimizer_.load(r, params);
+  model_.selection_bias.clear();
+  if (r.contains("router.selection_bias")) {
+    const std::int64_t layers = model_.config.moe_layers(), e = model_.config.experts;
+    auto t = gshard::zeros<Bias>(mesh_, {layers, e});
+    r.read_into("router.selection_bias", t);
+    const std::vector<double> all = t.to_global();
+    for (std::int64_t l = 0; l < layers; ++l)
+      model_.selection_bias.emplace_back(all.begin() + l * e, all.begin() + (l + 1) * e);
+  }
   const std::string& text = r.metadata("moe_lm.step");
   if (text.empty() || text.size() > 18 || text.find_first_not_of("0123456789") != std::string::npos)
     throw gshard::Error("moe_lm::load", "the checkpoint's step \"" + text + "\" is not a number");

@@ -28,6 +28,7 @@ StepStats Trainer::step(const Corpus& corpus, std::int64_t step) {
   StepStats s;
   s.grad_norm = gshard::nn::clip_by_global_norm(grads, 1.0);
   optimizer_.step(params, grads);
+  model_.balance_routers(l.stats);
   s.loss = static_cast<double>(l.cross_entropy.to_global()[0]);
   s.aux_loss = static_cast<double>(l.aux_loss.to_global()[0]);
   for (const double d : l.stats.dropped_fraction) s.dropped += d;

@@ -54,6 +54,8 @@ struct Options {
   Int min_capacity = 4;
   SecondExpertPolicy second_expert_policy = SecondExpertPolicy::all;
   bool normalize_gates = true;  // Switch (k = 1) uses raw gates: set false
+  // DeepSeek-V3: added to the gates for the argmax choices only (empty: none); weights unbiased.
+  std::vector<double> selection_bias;
   double z_loss_coefficient = 0.0;
 };
 
@@ -193,8 +195,12 @@ inline Routing choose(const Problem& p, const Options& o, const std::vector<doub
           for (Int e = 0; e < E && best < 0; ++e)
             if (!taken[e]) best = e;
       } else {
+        const auto score = [&](Int e) {
+          return o.selection_bias.empty() ? g[e]
+                                          : g[e] + o.selection_bias[static_cast<std::size_t>(e)];
+        };
         for (Int e = 0; e < E; ++e)
-          if (!taken[e] && (best < 0 || g[e] > g[best])) best = e;  // strict: ties to smaller e
+          if (!taken[e] && (best < 0 || score(e) > score(best))) best = e;  // ties to smaller e
       }
       taken[best] = 1;
       r.choice[t * k + j] = best;

@@ -35,6 +35,7 @@
 #include "../tensor/graph.hpp"
 #include "../tensor/sharded.hpp"
 #include "diagnostics.hpp"
+#include "moe_dropless.hpp"
 
 namespace gshard::nn {
 
@@ -53,6 +54,19 @@ struct MoeOptions {
   double jitter = 0.0;     // router input times U(1 - jitter, 1 + jitter) (training)
   std::uint64_t seed = 0;  // routing randomness (policies, jitter): vary it per step
   bool dense = false;      // GShard's dense dispatch/combine einsums (for checking)
+  // No capacity: every routed assignment is computed, exchanged by exact counts and multiplied by
+  // one GEMM per expert over exactly its rows (moe_dropless.hpp). capacity_factor is ignored.
+  bool dropless = false;
+  // Dropless: the most rows one rank's experts may receive (0: no limit). Over it, every rank
+  // throws; the worst case is all of the exchange group's assignments to one expert.
+  std::int64_t dropless_max_rows = 0;
+  // Dropless: exchange rows as Tutel's 2DH (within the node, then one larger message per node)
+  // when E's exchange spans two or more mesh axes, the first of them the nodes.
+  bool hierarchical = false;
+  // DeepSeek-V3's balancing without a loss term: a per-expert bias added to the gates when
+  // choosing experts (not to the weights the outputs are mixed with). Empty: none; else E
+  // values, the same on every rank, nudged between steps by balance_selection_bias().
+  std::vector<double> selection_bias{};
 };
 
 /// The layer's result: the output in x's layout, the auxiliary load-balancing loss
@@ -73,6 +87,27 @@ inline std::int64_t moe_capacity(std::int64_t s, std::int64_t e, const MoeOption
   const auto c = static_cast<std::int64_t>(static_cast<double>(s) * o.capacity_factor /
                                            static_cast<double>(e));
   return std::max(o.min_capacity, c);
+}
+
+/// DeepSeek-V3's auxiliary-loss-free balancing: after a step, each expert's selection bias moves
+/// by `rate` toward balance, up if it took fewer than the mean assignments, down if more.
+/// `tokens_per_expert` is a step's MoeResult::tokens_per_expert (global counts, the same on every
+/// rank, so every rank's bias stays the same). An empty bias starts at zeros.
+inline void balance_selection_bias(std::vector<double>& bias,
+                                   const std::vector<std::int64_t>& tokens_per_expert,
+                                   double rate) {
+  const std::size_t e = tokens_per_expert.size();
+  if (bias.empty()) bias.assign(e, 0.0);
+  if (bias.size() != e)
+    throw Error("balance_selection_bias", std::to_string(bias.size()) + " biases for " +
+                                              std::to_string(e) + " experts' counts");
+  double mean = 0;
+  for (std::int64_t n : tokens_per_expert) mean += static_cast<double>(n);
+  mean /= static_cast<double>(std::max<std::size_t>(e, 1));
+  for (std::size_t i = 0; i < e; ++i) {
+    const auto n = static_cast<double>(tokens_per_expert[i]);
+    bias[i] += n < mean ? rate : n > mean ? -rate : 0.0;
+  }
 }
 
 namespace detail {
@@ -132,13 +167,15 @@ struct Routing {
 template <class T>
 Routing<T> route(const Kokkos::View<T*>& gates, const Kokkos::View<T*>& u, std::int64_t g_local,
                  std::int64_t valid_g, std::int64_t s, std::int64_t e, std::int64_t k,
-                 std::int64_t c, SecondExpert policy) {
+                 std::int64_t c, SecondExpert policy, bool tokens = true,
+                 const Kokkos::View<T*>& bias = {}) {
   Routing<T> r;
   const auto n = static_cast<std::size_t>(g_local);
   const auto sk = static_cast<std::size_t>(s * k);
   r.choice = Kokkos::View<std::int64_t*>("gshard::moe_choice", n * sk);
   r.slot = Kokkos::View<std::int64_t*>("gshard::moe_slot", n * sk);
-  r.token = Kokkos::View<std::int64_t*>("gshard::moe_token", n * static_cast<std::size_t>(e * c));
+  r.token = Kokkos::View<std::int64_t*>("gshard::moe_token",
+                                        tokens ? n * static_cast<std::size_t>(e * c) : 0);
   r.keep = Kokkos::View<T*>("gshard::moe_keep", n * sk);
   r.first = Kokkos::View<T*>("gshard::moe_first", n * static_cast<std::size_t>(e));
   r.kept = Kokkos::View<T*>("gshard::moe_kept", n * static_cast<std::size_t>(e));
@@ -159,6 +196,8 @@ Routing<T> route(const Kokkos::View<T*>& gates, const Kokkos::View<T*>& u, std::
   std::int64_t* base_all = base.data();
   std::int64_t* cnt_all = cnt.data();
   unsigned char* flag_all = routed_flag.data();
+  const bool biased = bias.extent(0) > 0;
+  const T* bp = bias.data();
   Kokkos::parallel_for(
       "gshard::moe_route", Kokkos::RangePolicy<>(0, valid_g), KOKKOS_LAMBDA(std::int64_t grp) {
         const T* gp = gp_all + grp * s * e;
@@ -184,11 +223,13 @@ Routing<T> route(const Kokkos::View<T*>& gates, const Kokkos::View<T*>& u, std::
               for (std::int64_t x = e - 1; x >= 0 && best < 0; --x)
                 if (x != ch[t * k]) best = x;  // rounding left the target past the end
             } else {
-              // The largest remaining gate, ties to the smaller expert.
+              // The largest remaining gate (plus the selection bias), ties to the smaller expert.
               for (std::int64_t x = 0; x < e; ++x) {
                 bool taken = false;
                 for (std::int64_t i = 0; i < j; ++i) taken = taken || ch[t * k + i] == x;
-                if (!taken && (best < 0 || row[x] > row[best])) best = x;
+                const T score = biased ? row[x] + bp[x] : row[x];
+                if (!taken && (best < 0 || score > (biased ? row[best] + bp[best] : row[best])))
+                  best = x;
               }
             }
             ch[t * k + j] = best;
@@ -205,7 +246,8 @@ Routing<T> route(const Kokkos::View<T*>& gates, const Kokkos::View<T*>& u, std::
         // Positions: choice j's tokens queue after everything earlier choices kept.
         std::int64_t* b = base_all + grp * e;
         std::int64_t* cn = cnt_all + grp * e;
-        for (std::int64_t x = 0; x < e * c; ++x) token[grp * e * c + x] = -1;
+        if (tokens)
+          for (std::int64_t x = 0; x < e * c; ++x) token[grp * e * c + x] = -1;
         for (std::int64_t j = 0; j < k; ++j) {
           for (std::int64_t x = 0; x < e; ++x) cn[x] = 0;
           for (std::int64_t t = 0; t < s; ++t) {
@@ -219,7 +261,7 @@ Routing<T> route(const Kokkos::View<T*>& gates, const Kokkos::View<T*>& u, std::
             slot[at] = x * c + pos;
             keep[at] = T(1);
             kept[grp * e + x] += T(1);
-            token[(grp * e + x) * c + pos] = t;
+            if (tokens) token[(grp * e + x) * c + pos] = t;
           }
           for (std::int64_t x = 0; x < e; ++x) b[x] = b[x] + cn[x] < c ? b[x] + cn[x] : c;
         }
@@ -280,12 +322,12 @@ struct MoeRouting {
 
   Gates logits;
   Gates gates;
-  ChoiceIndex slot;  // "G S K": e * C + position if kept, else -1
-  SlotToken token;   // "G E C": the token in each slot, or -1
+  ChoiceIndex slot;  // "G S K": e * C + position if kept, else -1 (dropless: C = S)
+  SlotToken token;   // "G E C": the token in each slot, or -1 (dropless: C = 0, unused)
   PerChoice weight;  // "G S K": the gate of each kept choice, normalized over the k choices
   PerExpert first;   // "G E": the fraction of tokens whose first choice is e
   std::int64_t experts = 0;
-  std::int64_t capacity = 0;
+  std::int64_t capacity = 0;                    // 0: dropless
   std::vector<std::int64_t> tokens_per_expert;  // kept assignments, all groups
   double dropped_fraction = 0;
 };
@@ -308,14 +350,20 @@ MoeRouting<X> moe_route(const X& x, const Wg& wg, const MoeOptions& opt) {
     throw Error("moe", "k = " + std::to_string(opt.k) + " experts per token, but there are " +
                            std::to_string(e) + " experts (\"" + std::string(Wg::spec.view()) +
                            "\" of global shape " + gshard::detail::shape_string(wg.shape()) + ")");
-  if (!(opt.capacity_factor > 0) || opt.min_capacity < 1)
+  if (!opt.dropless && (!(opt.capacity_factor > 0) || opt.min_capacity < 1))
     throw Error("moe", "the capacity factor (" + std::to_string(opt.capacity_factor) +
                            ") and the minimum capacity (" + std::to_string(opt.min_capacity) +
                            ") must be positive");
   if (!(opt.jitter >= 0 && opt.jitter < 1))
     throw Error("moe", "the jitter " + std::to_string(opt.jitter) + " must be in [0, 1)");
   const std::int64_t k = opt.k;
-  const std::int64_t c = moe_capacity(s, e, opt);
+  if (opt.dropless && opt.dense)
+    throw Error("moe", "dropless routing has no dense (GSEC einsum) form; set one of them");
+  if (opt.dropless_max_rows < 0)
+    throw Error("moe", "dropless_max_rows " + std::to_string(opt.dropless_max_rows) +
+                           " must be >= 0 (0: no limit)");
+  // Dropless: positions up to S (a token takes an expert at most once), so nothing overflows.
+  const std::int64_t c = opt.dropless ? s : moe_capacity(s, e, opt);
 
   const Gates logits = [&] {
     if (opt.jitter > 0) {
@@ -332,8 +380,15 @@ MoeRouting<X> moe_route(const X& x, const Wg& wg, const MoeOptions& opt) {
   const PerChoice u = random_uniform<PerChoice>(mesh, {g, s, k}, opt.seed);
   const std::int64_t g_local = gates.local_shape()[0];
   const std::int64_t valid_g = gates.valid_extents()[0];
-  const Routing<T> r =
-      route<T>(gates.local_view(), u.local_view(), g_local, valid_g, s, e, k, c, opt.second_expert);
+  if (!opt.selection_bias.empty() && static_cast<std::int64_t>(opt.selection_bias.size()) != e)
+    throw Error("moe", "selection_bias has " + std::to_string(opt.selection_bias.size()) +
+                           " values for " + std::to_string(e) + " experts");
+  const Kokkos::View<T*> bias = [&] {
+    std::vector<T> b(opt.selection_bias.begin(), opt.selection_bias.end());
+    return on_device(b, "gshard::moe_selection_bias");
+  }();
+  const Routing<T> r = route<T>(gates.local_view(), u.local_view(), g_local, valid_g, s, e, k, c,
+                                opt.second_expert, !opt.dropless, bias);
   const ChoiceIndex choice(mesh, {g, s, k}, r.choice);
   const PerChoice keep(mesh, {g, s, k}, r.keep);
 
@@ -362,13 +417,101 @@ MoeRouting<X> moe_route(const X& x, const Wg& wg, const MoeOptions& opt) {
   return R{logits,
            gates,
            ChoiceIndex(mesh, {g, s, k}, r.slot),
-           typename R::SlotToken(mesh, {g, e, c}, r.token),
+           typename R::SlotToken(mesh, {g, e, opt.dropless ? 0 : c}, r.token),
            weight,
            PerExpert(mesh, {g, e}, r.first),
            e,
-           c,
+           opt.dropless ? 0 : c,
            std::move(per_expert),
            dropped};
+}
+
+/// `labels` with E split as in wi (the other dimensions whole), pending over `partial`'s axes.
+constexpr Layout expert_only_layout(const Layout& wi, std::string_view labels) {
+  Layout l{};
+  l.rank = static_cast<int>(labels.size());
+  for (int d = 0; d < l.rank; ++d) {
+    l.dims[d].label = labels[static_cast<std::size_t>(d)];
+    if (l.dims[d].label == 'E') l.dims[d] = wi.dims[wi.find('E')];
+  }
+  return l;
+}
+
+/// The axes of `from`'s dimension `a` that `to`'s dimension `b` does not use, as partial axes.
+constexpr Layout with_partials(Layout l, const DimLayout& from, const DimLayout& but) {
+  for (int i = 0; i < from.axis_count; ++i)
+    if (!but.uses(from.axes[i]) && !l.is_partial(from.axes[i]))
+      l.partial[l.partial_count++] = from.axes[i];
+  return l;
+}
+
+/// `l` also pending over the partial axes of `g` (a cotangent's) that it neither splits nor has.
+inline Layout with_pending(Layout l, const Layout& g) {
+  for (int i = 0; i < g.partial_count; ++i)
+    if (!l.is_partial(g.partial[i]) && l.dim_on_axis(g.partial[i]) < 0)
+      l.partial[l.partial_count++] = g.partial[i];
+  return l;
+}
+
+/// moe_experts with MoeOptions::dropless: one recorded op (moe_dropless.hpp) whose output is
+/// pending over E's axes that G does not use (each copy along them computed its experts' share).
+template <class X, class Wi, class Wo>
+X moe_experts_dropless(const X& x, const MoeRouting<X>& r, const Wi& wi, const Wo& wo,
+                       const MoeOptions& opt) {
+  using T = typename X::value_type;
+  using MeshT = typename X::mesh_type;
+  constexpr Layout gsm = group_layout(X::layout, "GSM");
+  constexpr Layout gsk = group_layout(X::layout, "GSK");
+  constexpr Layout emh = expert_only_layout(Wi::layout, "EMH");
+  constexpr Layout ehm = expert_only_layout(Wi::layout, "EHM");
+  constexpr DimLayout e_dim = emh.dims[0];
+  constexpr DimLayout g_dim = gsm.dims[0];
+  // Pending sums: the output and the token-side cotangents over E's axes that G does not use,
+  // the experts' cotangents over G's axes that E does not use.
+  constexpr Layout out_layout = with_partials(gsm, e_dim, g_dim);
+  constexpr Layout weight_grad = with_partials(gsk, e_dim, g_dim);
+  constexpr Layout wi_grad = with_partials(emh, g_dim, e_dim);
+  constexpr Layout wo_grad = with_partials(ehm, g_dim, e_dim);
+  using Tokens = SpecTensor<T, MeshT, gsm>;
+  using ExpertWi = SpecTensor<T, MeshT, emh>;
+  using ExpertWo = SpecTensor<T, MeshT, ehm>;
+  using Out = SpecTensor<T, MeshT, out_layout>;
+  const MeshT& mesh = x.mesh();
+  const auto xr = gshard::detail::materialise(reshard<Tokens>(x));
+  const auto wir = gshard::detail::materialise(reshard<ExpertWi>(wi));
+  const auto wor = gshard::detail::materialise(reshard<ExpertWo>(wo));
+  const auto wr = gshard::detail::materialise(r.weight);
+  const Shape xs = x.shape();
+  const std::int64_t g = xs[0], s = xs[1], m = xs[2];
+  const std::int64_t h = wi.shape()[2];
+  auto sv = std::make_shared<DroplessSaved<T>>();
+  const auto& ms = gshard::detail::mesh_state(mesh);
+  sv->plan = dropless_plan(ms, e_dim, g_dim, r.experts, gshard::detail::mesh_axis_names<MeshT>(),
+                           opt.hierarchical);
+  sv->g_local = r.slot.local_shape()[0];
+  sv->valid_g = r.slot.valid_extents()[0];
+  sv->s = s, sv->k = r.slot.shape()[2], sv->m = m, sv->h = h;
+  sv->rows = dropless_rows(sv->plan, ms, r.slot.local_view(), sv->g_local, sv->valid_g, s, sv->k, m,
+                           opt.dropless_max_rows);
+  sv->weight = wr.data, sv->wi = wir.data, sv->wo = wor.data;
+  gshard::detail::RuntimeTensor<T> out(out_layout, {g, s, m}, dropless_forward(*sv, xr.data));
+  gshard::detail::record(
+      mesh, out, "moe dropless experts", std::source_location{},
+      {xr.grad, wr.grad, wir.grad, wor.grad},
+      [sv, g, s, m, h, e = r.experts, lx0 = out_layout, lw0 = weight_grad, lwi0 = wi_grad,
+       lwo0 = wo_grad](const gshard::detail::RuntimeTensor<T>& ct) {
+        const DroplessGrads<T> d = dropless_backward(*sv, ct.data);
+        const Layout lx = with_pending(lx0, ct.layout);
+        const Layout lw = with_pending(lw0, ct.layout);
+        const Layout lwi = with_pending(lwi0, ct.layout);
+        const Layout lwo = with_pending(lwo0, ct.layout);
+        using RT = gshard::detail::RuntimeTensor<T>;
+        using gshard::detail::AnyTensor;
+        return gshard::detail::Cotangents{
+            AnyTensor(RT(lx, {g, s, m}, d.x)), AnyTensor(RT(lw, {g, s, sv->k}, d.weight)),
+            AnyTensor(RT(lwi, {e, m, h}, d.wi)), AnyTensor(RT(lwo, {e, h, m}, d.wo))};
+      });
+  return reshard<X>(gshard::detail::sharded_from<Out>(mesh, out));
 }
 
 /// Dispatch to the experts, their FFN, and the weighted combine back to x's layout.
@@ -376,6 +519,7 @@ template <class X, class Wi, class Wo>
 X moe_experts(const X& x, const MoeRouting<X>& r, const Wi& wi, const Wo& wo,
               const MoeOptions& opt) {
   check_expert_operands<Wi, Wo>();
+  if (opt.dropless) return moe_experts_dropless(x, r, wi, wo, opt);
   using T = typename X::value_type;
   using MeshT = typename X::mesh_type;
   constexpr Layout gecm = group_layout(X::layout, "GECM");

@@ -171,6 +171,10 @@ struct TransformerConfig {
   double z_loss_weight = 0.0;
   double ln_eps = 1e-5;
   double embedding_sd = 0;  // init sd of the embedding and positions; 0: 1/sqrt(d_model)
+  // DeepSeek-V3's balancing without a loss term: each MoE block's selection bias moves by this
+  // rate per balance_routers() call (after each step); 0: off (set aux_loss_weight to 0 to
+  // balance by the bias alone).
+  double bias_rate = 0.0;
 
   [[nodiscard]] std::int64_t moe_layers() const { return experts > 0 ? layers / 2 : 0; }
   [[nodiscard]] std::int64_t dense_layers() const { return layers - moe_layers(); }
@@ -226,6 +230,9 @@ struct TransformerLM {
   typename Types::Vector lnf_g;            // final layer norm
   typename Types::Vector lnf_b;
   typename Types::Unembed out;  // "M V": untied only (empty {0, 0} when tied)
+  // Not parameters: each MoE block's selection bias (MoeOptions::selection_bias), E values the
+  // same on every rank, moved by balance_routers(); empty until the first call.
+  std::vector<std::vector<double>> selection_bias{};
 
   /// Scaled normal init from a seed (bitwise the same on every mesh): weights N(0, 1/fan_in),
   /// embedding and positions N(0, embedding_sd^2) (default 1/d_model), layer-norm gains 1 and
@@ -285,6 +292,15 @@ struct TransformerLM {
     std::array<std::string_view, Tied ? 17 : 18> names{};
     for (std::size_t i = 0; i < names.size(); ++i) names[i] = all[i];
     return names;
+  }
+
+  /// Moves each MoE block's selection bias toward balance from a step's statistics (its
+  /// tokens_per_expert: kept assignments, global), when config.bias_rate > 0.
+  void balance_routers(const TransformerStats& stats) {
+    if (!(config.bias_rate > 0)) return;
+    selection_bias.resize(stats.tokens_per_expert.size());
+    for (std::size_t i = 0; i < stats.tokens_per_expert.size(); ++i)
+      balance_selection_bias(selection_bias[i], stats.tokens_per_expert[i], config.bias_rate);
   }
 
   /// Global number of parameter values.
@@ -465,7 +481,10 @@ template <class T, class MeshT, bool Tied>
 auto TransformerLM<T, MeshT, Tied>::router_block(const Groups& h, std::int64_t l, std::int64_t i,
                                                  std::uint64_t seed) const -> Routing {
   const typename Types::Router wg = einsum<"LME->ME">(slice<"L">(moe_wg, i, i + 1));
-  return detail::moe_route(h, wg, moe_options(l, seed));
+  MoeOptions opt = moe_options(l, seed);
+  if (static_cast<std::size_t>(i) < selection_bias.size())
+    opt.selection_bias = selection_bias[static_cast<std::size_t>(i)];
+  return detail::moe_route(h, wg, opt);
 }
 
 template <class T, class MeshT, bool Tied>

@@ -13,6 +13,7 @@
 
 #include "mpi_test.hpp"
 #include "op_checks.hpp"
+#include "scratch_files.hpp"
 
 #include <gshard/kernels/memory.hpp>
 
@@ -75,6 +76,46 @@ TEST_CASE("moe_lm: bitwise repeatable per mesh, within 1e-4 of one rank on every
       MESSAGE("mesh " << sizes_text(shape) << ": largest difference from one rank " << worst);
     CHECK(worst <= 1e-4);
   }
+}
+
+TEST_CASE(
+    "moe_lm: dropless routing balanced by the selection bias: repeatable, mesh-independent, "
+    "resumed bitwise from a checkpoint that holds the bias") {
+  moe_lm::Options o = small_options();
+  o.routing = "dropless";
+  o.balance = "bias";
+  o.bias_rate = 0.01;
+  o.steps = 12;
+  const auto reference = losses(moe_lm::make_mesh({1, 1}, MPI_COMM_SELF), o);
+  CHECK(reference.back() < reference.front() - 0.3);  // it trains
+  const auto dir = gshard::test::scratch_dir("moe_lm_bias");
+  for (const auto& shape : listed_mesh_shapes(world_size())) {
+    INFO("mesh data x expert [x model] " << sizes_text(shape));
+    const auto mesh = moe_lm::make_mesh(shape);
+    moe_lm::Trainer t(mesh, o);
+    std::vector<double> run;
+    for (std::int64_t s = 0; s < 6; ++s) run.push_back(t.step(corpus(), s).loss);
+    const std::string path = (dir / ("ckpt_" + sizes_text(shape) + ".safetensors")).string();
+    t.save(path, 6, {});
+    const auto bias = t.model().selection_bias;
+    REQUIRE(bias.size() == 1);  // one MoE block
+    REQUIRE(bias[0].size() == 4);
+    CHECK(std::any_of(bias[0].begin(), bias[0].end(), [](double b) { return b != 0; }));
+    for (std::int64_t s = 6; s < o.steps; ++s) run.push_back(t.step(corpus(), s).loss);
+    double worst = 0;
+    for (std::size_t i = 0; i < run.size(); ++i)
+      worst = std::max(worst, std::abs(run[i] - reference[i]));
+    CHECK(worst <= 1e-4);
+    // A fresh trainer resumed from the checkpoint: the same bias, the same losses bit for bit.
+    moe_lm::Trainer resumed(mesh, o);
+    const gshard::io::SafetensorsReader reader(mesh.comm(), path);
+    CHECK(reader.contains("router.selection_bias"));
+    CHECK(resumed.load(reader) == 6);
+    CHECK(resumed.model().selection_bias == bias);
+    for (std::int64_t s = 6; s < o.steps; ++s)
+      CHECK(resumed.step(corpus(), s).loss == run[static_cast<std::size_t>(s)]);
+  }
+  gshard::test::cleanup(dir);
 }
 
 // Weak scaling: n ranks on a 1 x n mesh (data 1, expert n), n experts (one per rank), 2 rows of

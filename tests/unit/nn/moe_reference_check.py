@@ -47,6 +47,8 @@ def dense_moe(c):
     x, wg = arr("x", (G, S, M)), arr("wg", (M, E))
     wi, wo = arr("wi", (E, M, H)), arr("wo", (E, H, M))
     u = arr("u", (G, S))
+    # DeepSeek-V3's selection bias: added to the gates for the argmax choices only.
+    bias = np.array([float(v) for v in c.get("bias", [])] or [0.0] * E)
     C = max(min_capacity, int(S * capacity_factor / E))
 
     logits = np.einsum("GSM,ME->GSE", x, wg)
@@ -68,7 +70,7 @@ def dense_moe(c):
             last_positive = E - 1 - np.argmax((w > 0)[..., ::-1], axis=-1)
             idx = np.where(cand.any(axis=-1), np.argmax(cand, axis=-1), last_positive)
         else:
-            idx = np.argmax(np.where(taken > 0, -np.inf, gates), axis=-1)
+            idx = np.argmax(np.where(taken > 0, -np.inf, gates + bias), axis=-1)
         mask = one_hot(idx, E)
         taken += mask
         masks.append(mask)

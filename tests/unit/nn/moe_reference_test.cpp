@@ -83,6 +83,12 @@ mr::Options options(Int k, double cf, Int min_c, Policy policy, bool normalize, 
   return o;
 }
 
+// A selection bias (DeepSeek-V3) that favours the last experts.
+mr::Options biased(mr::Options o, Int E) {
+  for (Int e = 0; e < E; ++e) o.selection_bias.push_back(0.05 * static_cast<double>(e));
+  return o;
+}
+
 std::vector<Config> configs() {
   return {
       {2, 8, 4, 4, 3, options(2, 2.0, 4, Policy::all, true), 0.0},
@@ -95,6 +101,9 @@ std::vector<Config> configs() {
       {5, 6, 3, 2, 2, options(2, 2.0, 1, Policy::random, false), 1.0},
       {2, 10, 4, 5, 3, options(3, 1.0, 1, Policy::all, true), 1.0, true},  // exact ties
       {2, 9, 4, 4, 3, options(2, 1.5, 1, Policy::sampling, true), 1.0, true},
+      {3, 8, 4, 4, 3, options(2, 4.0, 1, Policy::all, true), 2.0},  // C = S: dropless's regime
+      {2, 10, 4, 5, 3, biased(options(2, 1.0, 1, Policy::random, true), 5), 1.0},
+      {2, 12, 4, 6, 3, biased(options(3, 6.0, 1, Policy::all, true), 6), 2.0},  // C = S, biased
   };
 }
 
@@ -153,13 +162,17 @@ void check_invariants(const mr::Problem& p, const mr::Options& o, const mr::Resu
   const Int asked = G * S * k - skipped;
   CHECK(r.stats.dropped_fraction ==
         doctest::Approx(asked ? static_cast<double>(dropped) / static_cast<double>(asked) : 0.0));
-  // Choices of a token are distinct experts, and the first is the argmax (ties to smaller e).
+  // Choices of a token are distinct experts, and the first is the argmax of the gates plus the
+  // selection bias (ties to smaller e).
+  const auto score = [&](Int t, Int e) {
+    return r.gates[t * E + e] + (o.selection_bias.empty() ? 0.0 : o.selection_bias[e]);
+  };
   for (Int t = 0; t < G * S; ++t) {
     for (Int j = 0; j < k; ++j)
       for (Int i = 0; i < j; ++i) CHECK(rt.choice[t * k + i] != rt.choice[t * k + j]);
     Int best = 0;
     for (Int e = 1; e < E; ++e)
-      if (r.gates[t * E + e] > r.gates[t * E + best]) best = e;
+      if (score(t, e) > score(t, best)) best = e;
     CHECK(rt.choice[t * k] == best);
   }
 }
@@ -372,6 +385,7 @@ TEST_CASE("moe_ref: dump for numpy" * doctest::skip()) {
                               c.o.normalize_gates ? 1.0 : 0.0, c.o.z_loss_coefficient});
     write(f, "x", p.x), write(f, "wg", p.wg), write(f, "wi", p.wi), write(f, "wo", p.wo);
     write(f, "u", p.uniforms);
+    write(f, "bias", c.o.selection_bias);
     write(f, "C", std::vector<Int>{r.C});
     write(f, "out", r.out), write(f, "combine", d.combine), write(f, "dispatch", d.dispatch);
     write(f, "expert", r.routing.expert), write(f, "position", r.routing.position);
