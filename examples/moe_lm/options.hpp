@@ -28,7 +28,7 @@ struct Options {
   double bias_rate = 1e-3;           // the selection bias's step (balance bias or both)
   int context = 128;
   int batch = 32;  // global rows per step, split over the data axis
-  int steps = 680;
+  int steps = 1000;
   double lr = 2e-3;  // peak, after linear warmup
   int warmup = 50;
   int eval_every = 50;

@@ -21,7 +21,6 @@
 
 #include "../comm/collectives.hpp"
 #include "../comm/hierarchical.hpp"
-#include "../comm/mpi_access.hpp"
 #include "../core/error.hpp"
 #include "../kernels/contract.hpp"
 #include "../spmd/exchange.hpp"
@@ -281,17 +280,18 @@ void dropless_exchange(const DroplessPlan& p, const AllToAllvCounts& c, Pack&& p
     return;
   }
   if (p.hierarchical) {
+    // The 2DH exchange packs and regroups on the host (comm/hierarchical.hpp), so it gets host
+    // copies even where MPI takes device pointers.
     const Kokkos::View<T*> send = gshard::detail::workspace<T>(0, c.send_total);
     const Kokkos::View<T*> recv = gshard::detail::workspace<T>(1, c.recv_total);
     pack(send.data());
-    {
-      gshard::detail::MpiAccess<T> src(send, true);
-      gshard::detail::MpiAccess<T> dst(recv, false);
-      gshard::detail::all_to_all_v_hierarchical(
-          static_cast<const T*>(src.data()), c.send_counts, c.send_displs, dst.data(),
-          c.recv_counts, c.recv_displs, p.inner, p.outer, p.inner_axes, p.outer_axes);
-      dst.copy_out();
-    }
+    Kokkos::DefaultExecutionSpace().fence();
+    const auto host_send = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), send);
+    const auto host_recv = Kokkos::create_mirror_view(Kokkos::HostSpace(), recv);
+    gshard::detail::all_to_all_v_hierarchical(
+        static_cast<const T*>(host_send.data()), c.send_counts, c.send_displs, host_recv.data(),
+        c.recv_counts, c.recv_displs, p.inner, p.outer, p.inner_axes, p.outer_axes);
+    Kokkos::deep_copy(recv, host_recv);
     unpack(static_cast<const T*>(recv.data()));
     return;
   }

@@ -145,6 +145,7 @@ TEST_CASE("moe_lm: weak scaling, experts = ranks from 2 to 16" * doctest::skip()
       o.batch = 2 * n;
       o.steps = 4;
       o.warmup = 1;
+      o.routing = "capacity";  // GShard's fixed payload (dropless's follows the routing)
       {
         moe_lm::Trainer t(moe_lm::make_mesh({1, n}, comm), o);
         t.step(corpus(), 0);  // optimizer state allocated
