@@ -29,7 +29,11 @@
 #include <string>
 #include <vector>
 
+#include "common.hpp"
+
 namespace {
+
+using bench::median, bench::split;
 
 using gshard::Collective;
 using gshard::comm_counters;
@@ -42,17 +46,6 @@ struct Options {
   std::vector<int> sizes_kib = {1, 4, 16, 64, 256, 1024, 4096};
   std::vector<std::pair<int, int>> shapes;  // node x local
 };
-
-std::vector<std::string> split(const std::string& s, char by) {
-  std::vector<std::string> out;
-  std::size_t p = 0;
-  while (p <= s.size()) {
-    const std::size_t q = std::min(s.find(by, p), s.size());
-    if (q > p) out.push_back(s.substr(p, q - p));
-    p = q + 1;
-  }
-  return out;
-}
 
 Options parse(int argc, char** argv, int ranks) {
   Options o;
@@ -95,12 +88,6 @@ Options parse(int argc, char** argv, int ranks) {
                                std::to_string(l) + " does not have " + std::to_string(ranks) +
                                " ranks");
   return o;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /// The slowest rank's time of f, after a barrier.

@@ -37,11 +37,15 @@
 #include <type_traits>
 #include <vector>
 
+#include "common.hpp"
+
 #if defined(GSHARD_HAVE_CBLAS)
 #include <cblas.h>
 #endif
 
 namespace {
+
+using bench::median;
 
 using Line = gshard::Mesh<"x">;
 using gshard::detail::LocalBlock;
@@ -82,12 +86,6 @@ Options parse(int argc, char** argv) {
     }
   }
   return o;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 template <class F>

@@ -10,6 +10,8 @@
 
 #include <gshard/gshard.hpp>
 
+#include "common.hpp"
+
 namespace bench {
 
 namespace gs = gshard;
@@ -33,12 +35,6 @@ struct MoeStats {
   double dropped_fraction = 0;                  // of the routed assignments
   std::int64_t capacity = 0;                    // C (0: dropless)
 };
-
-inline double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // Tracks x and the weights, y = moe(...), loss = sum(y * r) + aux_loss (r fixed and random, so
 // every gradient is dense), grad of the loss with respect to all four; seconds, max over ranks.

@@ -40,7 +40,11 @@
 #include <string>
 #include <vector>
 
+#include "common.hpp"
+
 namespace {
+
+using bench::median;
 
 using gshard::Shape;
 using Line = gshard::Mesh<"x">;       // every rank on one axis
@@ -81,13 +85,7 @@ Options parse(int argc, char** argv) {
       o.warmup = std::stoi(value());
     } else if (a == "--sizes") {
       o.sizes_mib.clear();
-      const std::string s = value();
-      std::size_t p = 0;
-      while (p < s.size()) {
-        const std::size_t q = std::min(s.find(',', p), s.size());
-        o.sizes_mib.push_back(std::stoi(s.substr(p, q - p)));
-        p = q + 1;
-      }
+      for (const std::string& s : bench::split(value(), ',')) o.sizes_mib.push_back(std::stoi(s));
     } else if (a == "--only") {
       o.only = value();
     } else if (a == "--dynamic-mmap") {
@@ -102,13 +100,6 @@ Options parse(int argc, char** argv) {
     }
   }
   return o;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /// One row of the table.

@@ -53,6 +53,25 @@ inline std::int64_t displacements_of(const std::vector<std::int64_t>& counts,
   return total;
 }
 
+/// One step of the hierarchical exchange: MPI_Alltoallv over `group`, traced with `detail` and
+/// counted under `axes` with the bytes sent to other members.
+template <class T>
+void hierarchical_step(const T* send, const std::vector<int>& send_counts,
+                       const std::vector<int>& send_displs, T* recv,
+                       const std::vector<int>& recv_counts, const std::vector<int>& recv_displs,
+                       MPI_Comm group, int me, const std::string& axes, const char* detail,
+                       const char* what) {
+  TraceSpan span("collective", "AllToAllv");
+  if (span.on()) span.set_detail(detail);
+  check_mpi(MPI_Alltoallv(send, send_counts.data(), send_displs.data(), mpi_type<T>(), recv,
+                          recv_counts.data(), recv_displs.data(), mpi_type<T>(), group),
+            what);
+  std::int64_t sent = 0;
+  for (std::size_t j = 0; j < send_counts.size(); ++j)
+    if (static_cast<int>(j) != me) sent += send_counts[j];
+  counted(span, axes, Collective::all_to_all_v, sent * std::int64_t{sizeof(T)});
+}
+
 /// The exchange of all_to_all_v over the group outer x inner (member j = jo * L + ji, L = size of
 /// `inner`, N = size of `outer`), done in two steps:
 ///   1. intra-node, over `inner`: each rank sends to inner peer ji everything it has for the
@@ -131,18 +150,9 @@ void all_to_all_v_hierarchical(const T* send, const std::vector<int>& send_count
         out = std::copy_n(send + send_displs[j], send_counts[j], out);
       }
   }
-  {
-    TraceSpan span("collective", "AllToAllv");
-    if (span.on()) span.set_detail("hierarchical step 1 (intra-node)");
-    check_mpi(
-        MPI_Alltoallv(packed, counts1_send.data(), displs1_send.data(), mpi_type<T>(), gathered,
-                      counts1_recv.data(), displs1_recv.data(), mpi_type<T>(), inner),
-        "AllToAllv (hierarchical, step 1)");
-    std::int64_t sent = 0;
-    for (std::size_t ji = 0; ji < L; ++ji)
-      if (static_cast<int>(ji) != my_inner) sent += counts1_send[ji];
-    counted(span, inner_axes, Collective::all_to_all_v, sent * std::int64_t{sizeof(T)});
-  }
+  hierarchical_step(packed, counts1_send, displs1_send, gathered, counts1_recv, displs1_recv, inner,
+                    my_inner, inner_axes, "hierarchical step 1 (intra-node)",
+                    "AllToAllv (hierarchical, step 1)");
 
   // Regroup by destination node, then inner source: one message per node.
   std::fill(sizes.begin(), sizes.end(), 0);
@@ -193,18 +203,9 @@ void all_to_all_v_hierarchical(const T* send, const std::vector<int>& send_count
         displacements_of(sizes, counts2_recv, displs2_recv, "AllToAllv (hierarchical, step 2)");
     landing = HierarchicalStaging<T>::sized(staging.received, total);
   }
-  {
-    TraceSpan span("collective", "AllToAllv");
-    if (span.on()) span.set_detail("hierarchical step 2 (inter-node)");
-    check_mpi(
-        MPI_Alltoallv(regrouped, counts2_send.data(), displs2_send.data(), mpi_type<T>(), landing,
-                      counts2_recv.data(), displs2_recv.data(), mpi_type<T>(), outer),
-        "AllToAllv (hierarchical, step 2)");
-    std::int64_t sent = 0;
-    for (std::size_t jo = 0; jo < N; ++jo)
-      if (static_cast<int>(jo) != my_outer) sent += counts2_send[jo];
-    counted(span, outer_axes, Collective::all_to_all_v, sent * std::int64_t{sizeof(T)});
-  }
+  hierarchical_step(regrouped, counts2_send, displs2_send, landing, counts2_recv, displs2_recv,
+                    outer, my_outer, outer_axes, "hierarchical step 2 (inter-node)",
+                    "AllToAllv (hierarchical, step 2)");
   if (!in_place) {
     const T* in = landing;
     for (std::size_t j = 0; j < N * L; ++j) {

@@ -115,13 +115,13 @@ namespace detail {
 using gshard::DimLayout;
 using gshard::detail::RuntimeTensor;
 
-/// The layout with dimensions `labels`: G split as in x (no partials), the others unsplit.
-constexpr Layout group_layout(const Layout& x, std::string_view labels) {
+/// The layout with dimensions `labels`: `label` split as in `from` (no partials), the others whole.
+constexpr Layout split_like(const Layout& from, char label, std::string_view labels) {
   Layout l{};
   l.rank = static_cast<int>(labels.size());
   for (int d = 0; d < l.rank; ++d) {
     l.dims[d].label = labels[static_cast<std::size_t>(d)];
-    if (l.dims[d].label == 'G') l.dims[d] = x.dims[x.find('G')];
+    if (l.dims[d].label == label) l.dims[d] = from.dims[from.find(label)];
   }
   return l;
 }
@@ -310,10 +310,10 @@ template <class X>
 struct MoeRouting {
   using T = typename X::value_type;
   using MeshT = typename X::mesh_type;
-  static constexpr Layout gse = group_layout(X::layout, "GSE");
-  static constexpr Layout gsk = group_layout(X::layout, "GSK");
-  static constexpr Layout gec = group_layout(X::layout, "GEC");
-  static constexpr Layout ge = group_layout(X::layout, "GE");
+  static constexpr Layout gse = split_like(X::layout, 'G', "GSE");
+  static constexpr Layout gsk = split_like(X::layout, 'G', "GSK");
+  static constexpr Layout gec = split_like(X::layout, 'G', "GEC");
+  static constexpr Layout ge = split_like(X::layout, 'G', "GE");
   using Gates = SpecTensor<T, MeshT, gse>;
   using PerChoice = SpecTensor<T, MeshT, gsk>;
   using ChoiceIndex = SpecTensor<std::int64_t, MeshT, gsk>;
@@ -383,7 +383,7 @@ MoeRouting<X> moe_route(const X& x, const Wg& wg, const MoeOptions& opt) {
   if (!opt.selection_bias.empty() && static_cast<std::int64_t>(opt.selection_bias.size()) != e)
     throw Error("moe", "selection_bias has " + std::to_string(opt.selection_bias.size()) +
                            " values for " + std::to_string(e) + " experts");
-  const Kokkos::View<T*> bias = [&] {
+  const Kokkos::View<T*> bias = opt.selection_bias.empty() ? Kokkos::View<T*>() : [&] {
     std::vector<T> b(opt.selection_bias.begin(), opt.selection_bias.end());
     return on_device(b, "gshard::moe_selection_bias");
   }();
@@ -426,18 +426,7 @@ MoeRouting<X> moe_route(const X& x, const Wg& wg, const MoeOptions& opt) {
            dropped};
 }
 
-/// `labels` with E split as in wi (the other dimensions whole), pending over `partial`'s axes.
-constexpr Layout expert_only_layout(const Layout& wi, std::string_view labels) {
-  Layout l{};
-  l.rank = static_cast<int>(labels.size());
-  for (int d = 0; d < l.rank; ++d) {
-    l.dims[d].label = labels[static_cast<std::size_t>(d)];
-    if (l.dims[d].label == 'E') l.dims[d] = wi.dims[wi.find('E')];
-  }
-  return l;
-}
-
-/// The axes of `from`'s dimension `a` that `to`'s dimension `b` does not use, as partial axes.
+/// `l` also pending over the axes of `from` that `but` does not use.
 constexpr Layout with_partials(Layout l, const DimLayout& from, const DimLayout& but) {
   for (int i = 0; i < from.axis_count; ++i)
     if (!but.uses(from.axes[i]) && !l.is_partial(from.axes[i]))
@@ -460,10 +449,10 @@ X moe_experts_dropless(const X& x, const MoeRouting<X>& r, const Wi& wi, const W
                        const MoeOptions& opt) {
   using T = typename X::value_type;
   using MeshT = typename X::mesh_type;
-  constexpr Layout gsm = group_layout(X::layout, "GSM");
-  constexpr Layout gsk = group_layout(X::layout, "GSK");
-  constexpr Layout emh = expert_only_layout(Wi::layout, "EMH");
-  constexpr Layout ehm = expert_only_layout(Wi::layout, "EHM");
+  constexpr Layout gsm = split_like(X::layout, 'G', "GSM");
+  constexpr Layout gsk = split_like(X::layout, 'G', "GSK");
+  constexpr Layout emh = split_like(Wi::layout, 'E', "EMH");
+  constexpr Layout ehm = split_like(Wi::layout, 'E', "EHM");
   constexpr DimLayout e_dim = emh.dims[0];
   constexpr DimLayout g_dim = gsm.dims[0];
   // Pending sums: the output and the token-side cotangents over E's axes that G does not use,
@@ -522,7 +511,7 @@ X moe_experts(const X& x, const MoeRouting<X>& r, const Wi& wi, const Wo& wo,
   if (opt.dropless) return moe_experts_dropless(x, r, wi, wo, opt);
   using T = typename X::value_type;
   using MeshT = typename X::mesh_type;
-  constexpr Layout gecm = group_layout(X::layout, "GECM");
+  constexpr Layout gecm = split_like(X::layout, 'G', "GECM");
   constexpr Layout ecgm = expert_layout(X::layout, Wi::layout, 'M');
   using Grouped = SpecTensor<T, MeshT, gecm>;
   using AtExperts = SpecTensor<T, MeshT, ecgm>;
@@ -555,7 +544,7 @@ auto moe_losses(const MoeRouting<X>& r) {
   auto aux =
       (einsum<"GE,GE->">(m, r.first) * (static_cast<double>(r.experts) / static_cast<double>(g)))
           .eval();
-  constexpr Layout gs = group_layout(X::layout, "GS");
+  constexpr Layout gs = split_like(X::layout, 'G', "GS");
   using PerToken = SpecTensor<typename X::value_type, typename X::mesh_type, gs>;
   const PerToken lse = logsumexp<"E">(r.logits);
   auto z = (einsum<"GS,GS->">(lse, lse) * (1.0 / static_cast<double>(g * s))).eval();

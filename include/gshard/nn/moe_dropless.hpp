@@ -17,13 +17,16 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../comm/collectives.hpp"
 #include "../comm/hierarchical.hpp"
 #include "../core/error.hpp"
 #include "../kernels/contract.hpp"
+#include "../kernels/rows.hpp"
 #include "../spmd/exchange.hpp"
+#include "../spmd/reshard.hpp"
 #include "../tensor/geometry.hpp"
 
 namespace gshard::nn::detail {
@@ -104,15 +107,15 @@ Kokkos::View<T*> on_device(const std::vector<T>& v, const char* label) {
 /// go to and come from each (member, local expert), and where the received rows sit grouped by
 /// expert. Shared by the forward and the backward (the same exchange both ways).
 struct DroplessRows {
-  Kokkos::View<std::int64_t*> pos;            // "G S K": row in the send buffer, or -1
-  AllToAllvCounts there{1}, back{1};          // rows x M both ways
-  std::int64_t sent = 0, received = 0;        // rows
-  std::vector<std::int64_t> expert_rows;      // per local expert: rows received
-  std::vector<std::int64_t> expert_first;     // per local expert: its first row, expert-major
-  Kokkos::View<std::int64_t*> recv_first;     // per piece (source, expert), source-major: first row
-  Kokkos::View<std::int64_t*> grouped_first;  // the same piece's first row, expert-major
+  Kokkos::View<std::int64_t*> pos;         // "G S K": row in the send buffer, or -1
+  AllToAllvCounts there{1}, back{1};       // rows x M both ways
+  std::int64_t sent = 0, received = 0;     // rows
+  std::vector<std::int64_t> expert_rows;   // per local expert: rows received
+  std::vector<std::int64_t> expert_first;  // per local expert: its first row, expert-major
+  // Per piece (source member j, local expert le), key j * chunk + le: its rows, its first row in
+  // the receive order (source-major, as the reverse exchange sends it back) and expert-major.
+  std::vector<std::int64_t> piece_rows, recv_first, grouped_first;
 };
-
 /// Counts, positions and the counts' exchange for the assignments `slot` ("G S K", e * S + pos,
 /// -1 for skipped) of valid_g groups of S tokens. `max_rows` > 0: the most rows a rank may
 /// receive (every rank throws alike when one would exceed it).
@@ -220,53 +223,64 @@ inline DroplessRows dropless_rows(const DroplessPlan& p, const MeshState& ms,
     rows.expert_first[static_cast<std::size_t>(le)] =
         rows.expert_first[static_cast<std::size_t>(le - 1)] +
         rows.expert_rows[static_cast<std::size_t>(le - 1)];
-  std::vector<std::int64_t> recv_first(static_cast<std::size_t>(keys) + 1, 0);
-  std::vector<std::int64_t> grouped_first(static_cast<std::size_t>(keys), 0);
+  rows.piece_rows = recv_keys;
+  rows.recv_first.assign(static_cast<std::size_t>(keys), 0);
+  rows.grouped_first.assign(static_cast<std::size_t>(keys), 0);
   std::vector<std::int64_t> at(rows.expert_first);
-  for (std::int64_t key = 0; key < keys; ++key) {
+  for (std::int64_t key = 0, next = 0; key < keys; ++key) {
     const auto ku = static_cast<std::size_t>(key);
-    recv_first[ku + 1] = recv_first[ku] + recv_keys[ku];
+    rows.recv_first[ku] = next;
+    next += recv_keys[ku];
     const auto le = static_cast<std::size_t>(key % p.chunk);
-    grouped_first[ku] = at[le];
+    rows.grouped_first[ku] = at[le];
     at[le] += recv_keys[ku];
   }
-  rows.recv_first = on_device(recv_first, "gshard::moe_dropless_recv_first");
-  rows.grouped_first = on_device(grouped_first, "gshard::moe_dropless_grouped_first");
   return rows;
 }
 
-/// The expert-major row of received row i (source-major): binary search over the pieces.
-KOKKOS_INLINE_FUNCTION std::int64_t grouped_row(const Kokkos::View<std::int64_t*>& recv_first,
-                                                const Kokkos::View<std::int64_t*>& grouped_first,
-                                                std::int64_t keys, std::int64_t i) {
-  std::int64_t lo = 0, hi = keys;  // the last piece with recv_first <= i
-  while (hi - lo > 1) {
-    const std::int64_t mid = (lo + hi) / 2;
-    if (recv_first(mid) <= i)
-      lo = mid;
-    else
-      hi = mid;
+/// f(le, first row, rows) for each local expert with rows: its rows are contiguous expert-major.
+template <class F>
+void for_each_expert(const DroplessPlan& p, const DroplessRows& rows, F&& f) {
+  for (std::int64_t le = 0; le < p.local; ++le) {
+    const std::int64_t nr = rows.expert_rows[static_cast<std::size_t>(le)];
+    if (nr > 0) f(le, rows.expert_first[static_cast<std::size_t>(le)], nr);
   }
-  return grouped_first(lo) + (i - recv_first(lo));
 }
 
-/// Moves rows of width m between the two orders of the received rows: `to_grouped` from the
-/// receive order (source-major) into expert-major, else back.
+/// f(le, expert-major first row, receive-order first row, rows) for each piece with rows.
+template <class F>
+void for_each_piece(const DroplessPlan& p, const DroplessRows& rows, F&& f) {
+  for (std::size_t key = 0; key < rows.piece_rows.size(); ++key)
+    if (rows.piece_rows[key] > 0)
+      f(static_cast<std::int64_t>(key) % p.chunk, rows.grouped_first[key], rows.recv_first[key],
+        rows.piece_rows[key]);
+}
+
+/// Received rows of width m (source-major) into expert-major order: one contiguous copy per
+/// piece (a memcpy on the host, a device copy on GPUs).
 template <class T>
-void regroup_rows(const DroplessRows& rows, std::int64_t keys, const T* from, T* to, std::int64_t m,
-                  bool to_grouped) {
-  const auto rf = rows.recv_first;
-  const auto gf = rows.grouped_first;
-  Kokkos::parallel_for(
-      "gshard::moe_dropless_regroup", Kokkos::RangePolicy<>(0, rows.received * m),
-      KOKKOS_LAMBDA(std::int64_t idx) {
-        const std::int64_t i = idx / m, c = idx % m;
-        const std::int64_t g = grouped_row(rf, gf, keys, i);
-        if (to_grouped)
-          to[g * m + c] = from[i * m + c];
-        else
-          to[i * m + c] = from[g * m + c];
+void regroup_rows(const DroplessPlan& p, const DroplessRows& rows, const T* from, T* to,
+                  std::int64_t m) {
+  using Unmanaged = Kokkos::View<T*, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  using ConstUnmanaged = Kokkos::View<const T*, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  const Kokkos::DefaultExecutionSpace exec;
+  for_each_piece(
+      p, rows, [&](std::int64_t, std::int64_t grouped, std::int64_t recv, std::int64_t nr) {
+        Kokkos::deep_copy(exec, Unmanaged(to + grouped * m, static_cast<std::size_t>(nr * m)),
+                          ConstUnmanaged(from + recv * m, static_cast<std::size_t>(nr * m)));
       });
+}
+
+/// A per-step buffer of n elements from the recycled results (spmd/reshard.hpp), its capacity
+/// rounded up to a multiple of a power of two between n/32 and n/16, so that steps whose counts
+/// differ a little reuse one allocation (and skip its first touch). Not initialised.
+template <class T>
+Kokkos::View<T*> step_buffer(std::int64_t n, const char* label) {
+  std::int64_t grain = 1;
+  while (grain * 16 <= n) grain *= 2;
+  const std::int64_t capacity = (n + grain - 1) / grain * grain;
+  return Kokkos::subview(gshard::detail::recycled_result<T>(capacity, label),
+                         std::make_pair(std::int64_t{0}, n));
 }
 
 /// One exchange of rows of width m (`rows.there` or `rows.back`); none in a group of one.
@@ -320,6 +334,93 @@ void gemm_rows(const T* a, bool ta, const T* b, bool tb, T* c, std::int64_t m, s
   gshard::detail::gemm_batched(a, ta, b, tb, c, s);
 }
 
+/// send (source-major rows of width m) = a (expert-major rows of width h) times each piece's
+/// expert matrix: w_e (H x M) or, transposed, w_e stored M x H. The last GEMM of the forward and
+/// of the backward, writing the reverse exchange's send buffer directly.
+template <class T>
+void gemm_pieces(const DroplessPlan& p, const DroplessRows& rows, const T* a, const T* w,
+                 bool transposed, T* send, std::int64_t m, std::int64_t h) {
+  for_each_piece(
+      p, rows, [&](std::int64_t le, std::int64_t grouped, std::int64_t recv, std::int64_t nr) {
+        gemm_rows(a + grouped * h, false, w + le * h * m, transposed, send + recv * m, nr, m, h);
+      });
+}
+
+/// Row kernels (kernels/rows.hpp) of the dropless passes: a row per assignment or per token.
+/// Send row pos(a) = assignment a's token row of x.
+template <class T>
+struct PackRows {
+  Kokkos::View<const std::int64_t*> pos;
+  Kokkos::View<const T*> x;
+  T* send;
+  std::int64_t k, m;
+  struct State {
+    std::int64_t r, t;
+  };
+  KOKKOS_INLINE_FUNCTION State begin(std::int64_t a) const { return {pos(a), a / k}; }
+  KOKKOS_INLINE_FUNCTION std::int64_t length(const State& s) const { return s.r < 0 ? 0 : m; }
+  KOKKOS_INLINE_FUNCTION void element(const State& s, std::int64_t c) const {
+    send[s.r * m + c] = x(s.t * m + c);
+  }
+};
+
+/// The backward's pass per assignment: send row pos(a) = gate(a) * g's token row, and the gate's
+/// cotangent dw(a) = g's token row . the assignment's expert output.
+template <class T>
+struct PackCotangentRows {
+  Kokkos::View<const std::int64_t*> pos;
+  Kokkos::View<const T*> g, w, back;
+  T* send;
+  Kokkos::View<T*> dw;
+  std::int64_t k, m;
+  struct Reduce {
+    using Acc = T;
+    KOKKOS_INLINE_FUNCTION static Acc identity() { return T(0); }
+    KOKKOS_INLINE_FUNCTION static void combine(Acc& d, const Acc& s) { d += s; }
+  };
+  struct State {
+    std::int64_t r, t;
+    T wa;
+  };
+  KOKKOS_INLINE_FUNCTION State begin(std::int64_t a) const {
+    const std::int64_t r = pos(a);
+    return {r, a / k, r < 0 ? T(0) : w(a)};
+  }
+  KOKKOS_INLINE_FUNCTION std::int64_t length(const State& s) const { return s.r < 0 ? 0 : m; }
+  KOKKOS_INLINE_FUNCTION T term(const State& s, std::int64_t c) const {
+    const T gc = g(s.t * m + c);
+    send[s.r * m + c] = s.wa * gc;
+    return gc * back(s.r * m + c);
+  }
+  KOKKOS_INLINE_FUNCTION void finish(std::int64_t a, const State& s, const T& acc) const {
+    if (s.r >= 0) dw(a) = acc;
+  }
+};
+
+/// Out row t = the sum over token t's assignments of (their gate, or 1) * their row of `rows`.
+template <class T>
+struct CombineRows {
+  Kokkos::View<const std::int64_t*> pos;
+  Kokkos::View<const T*> w;  // empty: unweighted
+  const T* rows;
+  Kokkos::View<T*> out;
+  std::int64_t k, m;
+  struct State {
+    std::int64_t t;
+  };
+  KOKKOS_INLINE_FUNCTION State begin(std::int64_t t) const { return {t}; }
+  KOKKOS_INLINE_FUNCTION std::int64_t length(const State&) const { return m; }
+  KOKKOS_INLINE_FUNCTION void element(const State& s, std::int64_t c) const {
+    T acc = 0;
+    for (std::int64_t j = 0; j < k; ++j) {
+      const std::int64_t a = s.t * k + j;
+      const std::int64_t r = pos(a);
+      if (r >= 0) acc += (w.extent(0) > 0 ? w(a) : T(1)) * rows[r * m + c];
+    }
+    out(s.t * m + c) = acc;
+  }
+};
+
 /// The forward: out "G S M" (local block, zero in padding groups) = sum over each token's
 /// assignments held by this group of weight * relu(x wi_e) wo_e.
 template <class T>
@@ -327,72 +428,41 @@ Kokkos::View<T*> dropless_forward(DroplessSaved<T>& sv, const Kokkos::View<T*>& 
   const DroplessPlan& p = sv.plan;
   DroplessRows& rows = sv.rows;
   const std::int64_t m = sv.m, h = sv.h, s = sv.s, k = sv.k;
-  const std::int64_t keys = static_cast<std::int64_t>(p.members) * p.chunk;
-  const auto R = static_cast<std::size_t>(rows.received);
-  sv.xe = Kokkos::View<T*>(
-      Kokkos::view_alloc(std::string("gshard::moe_dropless_x"), Kokkos::WithoutInitializing),
-      R * static_cast<std::size_t>(m));
+  sv.xe = step_buffer<T>(rows.received * m, "gshard::moe_dropless_x");
   const Kokkos::View<const std::int64_t*> pos = rows.pos;
   const Kokkos::View<const T*> xv = x;
   const std::int64_t n_assign = sv.valid_g * s * k;
   dropless_exchange<T>(
       p, rows.there,
       [&](T* send) {
-        Kokkos::parallel_for(
-            "gshard::moe_dropless_pack", Kokkos::RangePolicy<>(0, n_assign * m),
-            KOKKOS_LAMBDA(std::int64_t idx) {
-              const std::int64_t a = idx / m, c = idx % m;
-              const std::int64_t r = pos(a);
-              if (r >= 0) send[r * m + c] = xv((a / k) * m + c);
-            });
+        gshard::detail::for_each_row("gshard::moe_dropless_pack", n_assign,
+                                     PackRows<T>{pos, xv, send, k, m});
       },
-      [&](const T* recv) { regroup_rows(rows, keys, recv, sv.xe.data(), m, true); });
-  // Grouped GEMM: one per local expert over exactly its rows.
-  sv.hidden = Kokkos::View<T*>(
-      Kokkos::view_alloc(std::string("gshard::moe_dropless_hidden"), Kokkos::WithoutInitializing),
-      R * static_cast<std::size_t>(h));
-  Kokkos::View<T*> ye(
-      Kokkos::view_alloc(std::string("gshard::moe_dropless_y"), Kokkos::WithoutInitializing),
-      R * static_cast<std::size_t>(m));
-  for (std::int64_t le = 0; le < p.local; ++le) {
-    const std::int64_t r0 = rows.expert_first[static_cast<std::size_t>(le)];
-    const std::int64_t nr = rows.expert_rows[static_cast<std::size_t>(le)];
+      [&](const T* recv) { regroup_rows(p, rows, recv, sv.xe.data(), m); });
+  // Grouped GEMM: one per local expert over exactly its rows, expert-major.
+  sv.hidden = step_buffer<T>(rows.received * h, "gshard::moe_dropless_hidden");
+  for_each_expert(p, rows, [&](std::int64_t le, std::int64_t r0, std::int64_t nr) {
     gemm_rows(sv.xe.data() + r0 * m, false, sv.wi.data() + le * m * h, false,
               sv.hidden.data() + r0 * h, nr, h, m);
-  }
+  });
   const Kokkos::View<T*> hid = sv.hidden;
   Kokkos::parallel_for(
       "gshard::moe_dropless_relu", Kokkos::RangePolicy<>(0, rows.received * h),
       KOKKOS_LAMBDA(std::int64_t i) { hid(i) = hid(i) > T(0) ? hid(i) : T(0); });
-  for (std::int64_t le = 0; le < p.local; ++le) {
-    const std::int64_t r0 = rows.expert_first[static_cast<std::size_t>(le)];
-    const std::int64_t nr = rows.expert_rows[static_cast<std::size_t>(le)];
-    gemm_rows(sv.hidden.data() + r0 * h, false, sv.wo.data() + le * h * m, false,
-              ye.data() + r0 * m, nr, m, h);
-  }
-  sv.back = Kokkos::View<T*>(
-      Kokkos::view_alloc(std::string("gshard::moe_dropless_back"), Kokkos::WithoutInitializing),
-      static_cast<std::size_t>(rows.sent * m));
+  // The second GEMM per piece, straight into the reverse exchange's send buffer (source-major).
+  sv.back = step_buffer<T>(rows.sent * m, "gshard::moe_dropless_back");
   dropless_exchange<T>(
-      p, rows.back, [&](T* send) { regroup_rows(rows, keys, ye.data(), send, m, false); },
+      p, rows.back,
+      [&](T* send) { gemm_pieces(p, rows, sv.hidden.data(), sv.wo.data(), false, send, m, h); },
       [&](const T* recv) {
-        Kokkos::deep_copy(sv.back, Kokkos::View<const T*>(recv, sv.back.extent(0)));
+        Kokkos::deep_copy(sv.back, Kokkos::View<const T*, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                                       recv, sv.back.extent(0)));
       });
   // Combine: per token, its assignments' rows weighted by their gates.
   Kokkos::View<T*> out("gshard::moe_dropless_out", static_cast<std::size_t>(sv.g_local * s * m));
-  const Kokkos::View<const T*> w = sv.weight;
-  const Kokkos::View<const T*> bk = sv.back;
-  Kokkos::parallel_for(
-      "gshard::moe_dropless_combine", Kokkos::RangePolicy<>(0, sv.valid_g * s * m),
-      KOKKOS_LAMBDA(std::int64_t idx) {
-        const std::int64_t t = idx / m, c = idx % m;
-        T acc = 0;
-        for (std::int64_t j = 0; j < k; ++j) {
-          const std::int64_t r = pos(t * k + j);
-          if (r >= 0) acc += w(t * k + j) * bk(r * m + c);
-        }
-        out(idx) = acc;
-      });
+  gshard::detail::for_each_row(
+      "gshard::moe_dropless_combine", sv.valid_g * s,
+      CombineRows<T>{pos, sv.weight, static_cast<const T*>(sv.back.data()), out, k, m});
   return out;
 }
 
@@ -408,8 +478,6 @@ DroplessGrads<T> dropless_backward(const DroplessSaved<T>& sv, const Kokkos::Vie
   const DroplessPlan& p = sv.plan;
   const DroplessRows& rows = sv.rows;
   const std::int64_t m = sv.m, h = sv.h, s = sv.s, k = sv.k;
-  const std::int64_t keys = static_cast<std::int64_t>(p.members) * p.chunk;
-  const auto R = static_cast<std::size_t>(rows.received);
   DroplessGrads<T> out;
   out.weight = Kokkos::View<T*>("gshard::moe_dropless_dweight", sv.weight.extent(0));
   out.x = Kokkos::View<T*>("gshard::moe_dropless_dx", static_cast<std::size_t>(sv.g_local * s * m));
@@ -419,52 +487,26 @@ DroplessGrads<T> dropless_backward(const DroplessSaved<T>& sv, const Kokkos::Vie
   const Kokkos::View<const T*> gv = g;
   const Kokkos::View<const T*> w = sv.weight;
   const Kokkos::View<const T*> bk = sv.back;
+  const Kokkos::View<T*> dw = out.weight;
   const std::int64_t n_assign = sv.valid_g * s * k;
-  {
-    const Kokkos::View<T*> dw = out.weight;
-    Kokkos::parallel_for(
-        "gshard::moe_dropless_dweight", Kokkos::RangePolicy<>(0, n_assign),
-        KOKKOS_LAMBDA(std::int64_t a) {
-          const std::int64_t r = pos(a);
-          if (r < 0) return;
-          const std::int64_t t = a / k;
-          T acc = 0;
-          for (std::int64_t c = 0; c < m; ++c) acc += gv(t * m + c) * bk(r * m + c);
-          dw(a) = acc;
-        });
-  }
-  // The rows' cotangents to the experts, expert-major.
-  Kokkos::View<T*> dye(
-      Kokkos::view_alloc(std::string("gshard::moe_dropless_dy"), Kokkos::WithoutInitializing),
-      R * static_cast<std::size_t>(m));
+  // One pass per assignment: the gate's cotangent (its row's output . g) and the row's cotangent
+  // (gate * g) to its expert, then expert-major.
+  const Kokkos::View<T*> dye = step_buffer<T>(rows.received * m, "gshard::moe_dropless_dy");
   dropless_exchange<T>(
       p, rows.there,
       [&](T* send) {
-        Kokkos::parallel_for(
-            "gshard::moe_dropless_pack_dy", Kokkos::RangePolicy<>(0, n_assign * m),
-            KOKKOS_LAMBDA(std::int64_t idx) {
-              const std::int64_t a = idx / m, c = idx % m;
-              const std::int64_t r = pos(a);
-              if (r >= 0) send[r * m + c] = w(a) * gv((a / k) * m + c);
-            });
+        gshard::detail::reduce_rows("gshard::moe_dropless_pack_dy", n_assign,
+                                    PackCotangentRows<T>{pos, gv, w, bk, send, dw, k, m});
       },
-      [&](const T* recv) { regroup_rows(rows, keys, recv, dye.data(), m, true); });
-  Kokkos::View<T*> dh(
-      Kokkos::view_alloc(std::string("gshard::moe_dropless_dh"), Kokkos::WithoutInitializing),
-      R * static_cast<std::size_t>(h));
-  Kokkos::View<T*> dxe(
-      Kokkos::view_alloc(std::string("gshard::moe_dropless_dxe"), Kokkos::WithoutInitializing),
-      R * static_cast<std::size_t>(m));
-  for (std::int64_t le = 0; le < p.local; ++le) {
-    const std::int64_t r0 = rows.expert_first[static_cast<std::size_t>(le)];
-    const std::int64_t nr = rows.expert_rows[static_cast<std::size_t>(le)];
-    if (nr == 0) continue;  // the expert's weight gradients stay zero
-    // dh = dy wo_e^T (wo_e stored H x M), dwo_e = hidden^T dy.
+      [&](const T* recv) { regroup_rows(p, rows, recv, dye.data(), m); });
+  const Kokkos::View<T*> dh = step_buffer<T>(rows.received * h, "gshard::moe_dropless_dh");
+  // dh = dy wo_e^T (wo_e stored H x M), dwo_e = hidden^T dy; experts without rows keep zero.
+  for_each_expert(p, rows, [&](std::int64_t le, std::int64_t r0, std::int64_t nr) {
     gemm_rows(dye.data() + r0 * m, false, sv.wo.data() + le * h * m, true, dh.data() + r0 * h, nr,
               h, m);
     gemm_rows(sv.hidden.data() + r0 * h, true, dye.data() + r0 * m, false,
               out.wo.data() + le * h * m, h, m, nr);
-  }
+  });
   {
     const Kokkos::View<const T*> hid = sv.hidden;
     const Kokkos::View<T*> d = dh;
@@ -474,31 +516,19 @@ DroplessGrads<T> dropless_backward(const DroplessSaved<T>& sv, const Kokkos::Vie
           if (!(hid(i) > T(0))) d(i) = T(0);
         });
   }
-  for (std::int64_t le = 0; le < p.local; ++le) {
-    const std::int64_t r0 = rows.expert_first[static_cast<std::size_t>(le)];
-    const std::int64_t nr = rows.expert_rows[static_cast<std::size_t>(le)];
-    if (nr == 0) continue;
-    // dwi_e = xe^T dh, dxe = dh wi_e^T (wi_e stored M x H).
+  // dwi_e = xe^T dh (wi_e stored M x H).
+  for_each_expert(p, rows, [&](std::int64_t le, std::int64_t r0, std::int64_t nr) {
     gemm_rows(sv.xe.data() + r0 * m, true, dh.data() + r0 * h, false, out.wi.data() + le * m * h, m,
               h, nr);
-    gemm_rows(dh.data() + r0 * h, false, sv.wi.data() + le * m * h, true, dxe.data() + r0 * m, nr,
-              m, h);
-  }
+  });
   const Kokkos::View<T*> dx = out.x;
   dropless_exchange<T>(
-      p, rows.back, [&](T* send) { regroup_rows(rows, keys, dxe.data(), send, m, false); },
+      p, rows.back,
+      // dxe = dh wi_e^T per piece.
+      [&](T* send) { gemm_pieces(p, rows, dh.data(), sv.wi.data(), true, send, m, h); },
       [&](const T* recv) {
-        Kokkos::parallel_for(
-            "gshard::moe_dropless_dx", Kokkos::RangePolicy<>(0, sv.valid_g * s * m),
-            KOKKOS_LAMBDA(std::int64_t idx) {
-              const std::int64_t t = idx / m, c = idx % m;
-              T acc = 0;
-              for (std::int64_t j = 0; j < k; ++j) {
-                const std::int64_t r = pos(t * k + j);
-                if (r >= 0) acc += recv[r * m + c];
-              }
-              dx(idx) = acc;
-            });
+        gshard::detail::for_each_row("gshard::moe_dropless_dx", sv.valid_g * s,
+                                     CombineRows<T>{pos, {}, recv, dx, k, m});
       });
   return out;
 }

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "grad_checks.hpp"
-#include "moe_reference.hpp"
+#include "moe_cases.hpp"
 #include "op_checks.hpp"
 
 namespace {
@@ -27,6 +27,7 @@ namespace ref = gshard::test::moe_ref;
 using gshard::test::fd_relative_error;
 using gshard::test::make;
 using gshard::test::on_every_mesh;
+using namespace gshard::test::moe_cases;
 
 // Split: groups over every axis, experts over every axis but the first (the exchange runs over
 // the expert axes). Replicated: groups over the first axis only, so the tokens are the same along
@@ -43,84 +44,26 @@ struct Types {
                                 gs::Sharded<double, M, "E:y M H">>;
   using Wo = std::conditional_t<three, gs::Sharded<double, M, "E:y*z H M">,
                                 gs::Sharded<double, M, "E:y H M">>;
-  using U = gs::Sharded<double, M, "G S K">;
 };
 
-struct Case {
-  std::int64_t g, s, m, e, h;
-  int k;
-  gs::nn::SecondExpert policy;
-};
+template <class M, bool Split>
+using In = Inputs<Types<M, Split>>;
 
+// C = S (capacity factor E): the capacity path drops nothing either, so its values are dropless's.
 const std::vector<Case> cases = {
-    {6, 6, 3, 4, 4, 2, gs::nn::SecondExpert::random},
-    {6, 6, 3, 4, 4, 2, gs::nn::SecondExpert::all},
-    {6, 6, 3, 4, 4, 2, gs::nn::SecondExpert::sampling},
-    {6, 6, 3, 4, 4, 1, gs::nn::SecondExpert::all},
-    {5, 7, 3, 3, 4, 3, gs::nn::SecondExpert::all},  // E = 3: uneven expert blocks
-    {3, 8, 3, 2, 3, 2, gs::nn::SecondExpert::all},  // E = 2: ranks without experts
+    {6, 6, 3, 4, 4, 2, 4, gs::nn::SecondExpert::random},
+    {6, 6, 3, 4, 4, 2, 4, gs::nn::SecondExpert::all},
+    {6, 6, 3, 4, 4, 2, 4, gs::nn::SecondExpert::sampling},
+    {6, 6, 3, 4, 4, 1, 4, gs::nn::SecondExpert::all},
+    {5, 7, 3, 3, 4, 3, 3, gs::nn::SecondExpert::all},  // E = 3: uneven expert blocks
+    {3, 8, 3, 2, 3, 2, 2, gs::nn::SecondExpert::all},  // E = 2: ranks without experts
 };
-
-template <class M, bool Split>
-struct Inputs {
-  using TT = Types<M, Split>;
-  typename TT::X x;
-  typename TT::Wg wg;
-  typename TT::Wi wi;
-  typename TT::Wo wo;
-  Inputs(const M& mesh, const Case& c)
-      : x(make<typename TT::X>(mesh, {c.g, c.s, c.m}, 1)),
-        wg(make<typename TT::Wg>(mesh, {c.m, c.e}, 2)),
-        wi(make<typename TT::Wi>(mesh, {c.e, c.m, c.h}, 3)),
-        wo(make<typename TT::Wo>(mesh, {c.e, c.h, c.m}, 4)) {}
-};
-
-// Dropless, or the capacity path with C = S (which drops nothing either): the reference values.
-gs::nn::MoeOptions options(const Case& c, bool dropless) {
-  gs::nn::MoeOptions o{.k = c.k,
-                       .capacity_factor = static_cast<double>(c.e),
-                       .min_capacity = 1,
-                       .second_expert = c.policy,
-                       .jitter = 0,
-                       .seed = 7};
-  o.dropless = dropless;
-  return o;
-}
-
-double max_abs(const std::vector<double>& a, const std::vector<double>& b) {
-  double d = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
-  return d;
-}
-
-template <class M, bool Split>
-ref::Result reference(const M& mesh, const Inputs<M, Split>& in, const Case& c) {
-  ref::Problem p;
-  p.G = c.g, p.S = c.s, p.M = c.m, p.E = c.e, p.H = c.h;
-  p.x = in.x.to_global(), p.wg = in.wg.to_global(), p.wi = in.wi.to_global();
-  p.wo = in.wo.to_global();
-  const auto u =
-      gs::random_uniform<typename Types<M, Split>::U>(mesh, {c.g, c.s, c.k}, 7).to_global();
-  p.uniforms.resize(static_cast<std::size_t>(c.g * c.s));
-  for (std::size_t t = 0; t < p.uniforms.size(); ++t)
-    p.uniforms[t] = c.k >= 2 ? u[t * static_cast<std::size_t>(c.k) + 1] : 0.0;
-  ref::Options o;
-  o.k = c.k;
-  o.capacity_factor = static_cast<double>(c.e);  // C = S: nothing dropped
-  o.min_capacity = 1;
-  o.normalize_gates = c.k >= 2;
-  o.second_expert_policy = c.policy == gs::nn::SecondExpert::all ? ref::SecondExpertPolicy::all
-                           : c.policy == gs::nn::SecondExpert::random
-                               ? ref::SecondExpertPolicy::random
-                               : ref::SecondExpertPolicy::sampling;
-  return ref::moe_layer(p, o);
-}
 
 template <bool Split, class M>
 void forward_case(const M& mesh, const Case& c) {
   INFO("k " << c.k << " policy " << static_cast<int>(c.policy) << " E " << c.e << " split "
             << Split);
-  const Inputs<M, Split> in(mesh, c);
+  const In<M, Split> in(mesh, c);
   const auto got = gs::nn::moe(in.x, in.wg, in.wi, in.wo, options(c, true));
   const ref::Result want = reference(mesh, in, c);
   CHECK(want.stats.dropped_by_capacity == 0);
@@ -144,7 +87,7 @@ auto loss_function(const Case& c, bool dropless, const typename Types<M, Split>:
 
 template <bool Split, class M>
 std::vector<std::vector<double>> gradients(const M& mesh, const Case& c, bool dropless) {
-  Inputs<M, Split> in(mesh, c);
+  In<M, Split> in(mesh, c);
   const auto r = make<typename Types<M, Split>::X>(mesh, {c.g, c.s, c.m}, 9);
   gs::track(std::tie(in.x, in.wg, in.wi, in.wo));
   const auto g = gs::grad(loss_function<M, Split>(c, dropless, r)(in.x, in.wg, in.wi, in.wo),
@@ -171,7 +114,7 @@ TEST_CASE("dropless MoE gradients equal finite differences on one rank") {
   for (const Case& c : cases) {
     if (c.policy != gs::nn::SecondExpert::random && c.k != 1) continue;
     INFO("k " << c.k);
-    Inputs<Self, true> in(self, c);
+    In<Self, true> in(self, c);
     const auto r = make<Types<Self, true>::X>(self, {c.g, c.s, c.m}, 9);
     CHECK(fd_relative_error(loss_function<Self, true>(c, true, r), in.x, in.wg, in.wi, in.wo) <
           1e-6);
@@ -203,8 +146,8 @@ TEST_CASE(
     if (sz.size() != 2) continue;
     INFO("mesh " << gshard::test::sizes_text(sz));
     const M mesh = gshard::test::mesh_of<M>(sz);
-    const Case c{16, 8, 4, 8, 4, 2, gs::nn::SecondExpert::all};
-    Inputs<M, true> in(mesh, c);
+    const Case c{16, 8, 4, 8, 4, 2, 8, gs::nn::SecondExpert::all};
+    In<M, true> in(mesh, c);
     const ref::Result want = reference(mesh, in, c);
     gs::track(in.x);
     gs::comm_counters().reset();
@@ -240,8 +183,8 @@ TEST_CASE(
 TEST_CASE("dropless MoE over the user's row limit throws on every rank alike") {
   on_every_mesh([](const auto& mesh) {
     using M = std::decay_t<decltype(mesh)>;
-    const Case c{6, 6, 3, 4, 4, 2, gs::nn::SecondExpert::all};
-    const Inputs<M, true> in(mesh, c);
+    const Case c{6, 6, 3, 4, 4, 2, 4, gs::nn::SecondExpert::all};
+    const In<M, true> in(mesh, c);
     gs::nn::MoeOptions o = options(c, true);
     o.dropless_max_rows = 1;  // some rank receives more
     CHECK_THROWS_AS(gs::nn::moe(in.x, in.wg, in.wi, in.wo, o), gs::Error);
@@ -324,40 +267,23 @@ TEST_CASE("selection bias: experts chosen by gates + bias, outputs mixed by the 
     for (const Case& c : cases) {
       if (c.policy == gs::nn::SecondExpert::sampling) continue;  // samples unbiased gates
       INFO("k " << c.k << " E " << c.e);
-      const Inputs<M, true> in(mesh, c);
+      const In<M, true> in(mesh, c);
       std::vector<double> bias(static_cast<std::size_t>(c.e));
       for (std::size_t i = 0; i < bias.size(); ++i) bias[i] = 0.15 * static_cast<double>(i % 3);
-      ref::Problem p;
-      p.G = c.g, p.S = c.s, p.M = c.m, p.E = c.e, p.H = c.h;
-      p.x = in.x.to_global(), p.wg = in.wg.to_global(), p.wi = in.wi.to_global();
-      p.wo = in.wo.to_global();
-      const auto u =
-          gs::random_uniform<typename Types<M, true>::U>(mesh, {c.g, c.s, c.k}, 7).to_global();
-      p.uniforms.resize(static_cast<std::size_t>(c.g * c.s));
-      for (std::size_t t = 0; t < p.uniforms.size(); ++t)
-        p.uniforms[t] = c.k >= 2 ? u[t * static_cast<std::size_t>(c.k) + 1] : 0.0;
-      ref::Options o;
-      o.k = c.k, o.capacity_factor = 1.0, o.min_capacity = 1, o.normalize_gates = c.k >= 2;
-      o.second_expert_policy = c.policy == gs::nn::SecondExpert::all
-                                   ? ref::SecondExpertPolicy::all
-                                   : ref::SecondExpertPolicy::random;
-      o.selection_bias = bias;
+      const ref::Problem p = problem(mesh, in, c);
       for (const bool dropless : {false, true}) {
         INFO("dropless " << dropless);
-        gs::nn::MoeOptions mo = options(c, dropless);
-        mo.capacity_factor = 1.0;  // the capacity path drops some
+        Case cc = c;
+        if (!dropless) cc.capacity_factor = 1.0;  // the capacity path drops some
+        gs::nn::MoeOptions mo = options(cc, dropless);
         mo.selection_bias = bias;
-        ref::Options ro = o;
-        if (dropless) ro.capacity_factor = static_cast<double>(c.e);
-        const ref::Result want = ref::moe_layer(p, ro);
+        const ref::Result want = ref::moe_layer(p, reference_options(cc, bias));
         const auto got = gs::nn::moe(in.x, in.wg, in.wi, in.wo, mo);
         CHECK(max_abs(got.output.to_global(), want.out) < 1e-10);
         CHECK(got.tokens_per_expert == want.stats.tokens_per_expert);
         CHECK(std::abs(got.aux_loss.to_global()[0] - want.aux_loss) < 1e-12);
         // The bias matters here: without it the choices differ.
-        ref::Options plain = ro;
-        plain.selection_bias.clear();
-        CHECK(ref::moe_layer(p, plain).routing.choice != want.routing.choice);
+        CHECK(ref::moe_layer(p, reference_options(cc)).routing.choice != want.routing.choice);
       }
       gs::nn::MoeOptions bad = options(c, true);
       bad.selection_bias.assign(static_cast<std::size_t>(c.e + 1), 0.0);
@@ -379,8 +305,8 @@ TEST_CASE("bias balancing evens out a skewed router over steps, with no loss ter
   on_every_mesh([](const auto& mesh) {
     using M = std::decay_t<decltype(mesh)>;
     using TT = Types<M, true>;
-    const Case c{8, 16, 4, 8, 4, 2, gs::nn::SecondExpert::all};
-    const Inputs<M, true> in(mesh, c);
+    const Case c{8, 16, 4, 8, 4, 2, 8, gs::nn::SecondExpert::all};
+    const In<M, true> in(mesh, c);
     // Two hot experts: a constant first feature, which their router columns weigh heavily; the
     // other features keep the tokens diverse.
     auto x_host = in.x.to_global();

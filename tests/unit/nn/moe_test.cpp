@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "grad_checks.hpp"
-#include "moe_reference.hpp"
+#include "moe_cases.hpp"
 #include "op_checks.hpp"
 
 namespace {
@@ -25,6 +25,7 @@ namespace ref = gshard::test::moe_ref;
 using gshard::test::fd_relative_error;
 using gshard::test::make;
 using gshard::test::on_every_mesh;
+using namespace gshard::test::moe_cases;
 
 // Groups over every axis, experts over every axis but the first (as "data" x "expert").
 template <class M>
@@ -37,74 +38,20 @@ struct Types {
                                 gs::Sharded<double, M, "E:y M H">>;
   using Wo = std::conditional_t<three, gs::Sharded<double, M, "E:y*z H M">,
                                 gs::Sharded<double, M, "E:y H M">>;
-  using U = gs::Sharded<double, M, "G S K">;
-};
-
-struct Case {
-  std::int64_t g, s, m, e, h;
-  int k;
-  double capacity_factor;
-  gs::nn::SecondExpert policy;
-  bool fd;  // also check gradients by finite differences
 };
 
 template <class M>
-struct Inputs {
-  using TT = Types<M>;
-  typename TT::X x;
-  typename TT::Wg wg;
-  typename TT::Wi wi;
-  typename TT::Wo wo;
-  Inputs(const M& mesh, const Case& c)
-      : x(make<typename TT::X>(mesh, {c.g, c.s, c.m}, 1)),
-        wg(make<typename TT::Wg>(mesh, {c.m, c.e}, 2)),
-        wi(make<typename TT::Wi>(mesh, {c.e, c.m, c.h}, 3)),
-        wo(make<typename TT::Wo>(mesh, {c.e, c.h, c.m}, 4)) {}
-};
-
-gs::nn::MoeOptions options(const Case& c, bool dense) {
-  return {.k = c.k,
-          .capacity_factor = c.capacity_factor,
-          .min_capacity = 1,
-          .second_expert = c.policy,
-          .jitter = 0,
-          .seed = 7,
-          .dense = dense};
-}
-
-double max_abs(const std::vector<double>& a, const std::vector<double>& b) {
-  double d = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
-  return d;
-}
+using In = Inputs<Types<M>>;
 
 template <class M>
 void forward_case(const M& mesh, const Case& c) {
   INFO("k " << c.k << " capacity factor " << c.capacity_factor << " policy "
             << static_cast<int>(c.policy) << " E " << c.e);
-  const Inputs<M> in(mesh, c);
-  const auto got = gs::nn::moe(in.x, in.wg, in.wi, in.wo, options(c, false));
-  const auto dense = gs::nn::moe(in.x, in.wg, in.wi, in.wo, options(c, true));
+  const In<M> in(mesh, c);
+  const auto got = gs::nn::moe(in.x, in.wg, in.wi, in.wo, options(c));
+  const auto dense = gs::nn::moe(in.x, in.wg, in.wi, in.wo, options(c, false, true));
 
-  ref::Problem p;
-  p.G = c.g, p.S = c.s, p.M = c.m, p.E = c.e, p.H = c.h;
-  p.x = in.x.to_global(), p.wg = in.wg.to_global(), p.wi = in.wi.to_global();
-  p.wo = in.wo.to_global();
-  // The layer draws its uniforms per (g, s, choice); the reference takes the second choice's.
-  const auto u = gs::random_uniform<typename Types<M>::U>(mesh, {c.g, c.s, c.k}, 7).to_global();
-  p.uniforms.resize(static_cast<std::size_t>(c.g * c.s));
-  for (std::size_t t = 0; t < p.uniforms.size(); ++t)
-    p.uniforms[t] = c.k >= 2 ? u[t * static_cast<std::size_t>(c.k) + 1] : 0.0;
-  ref::Options o;
-  o.k = c.k;
-  o.capacity_factor = c.capacity_factor;
-  o.min_capacity = 1;
-  o.normalize_gates = c.k >= 2;
-  o.second_expert_policy = c.policy == gs::nn::SecondExpert::all ? ref::SecondExpertPolicy::all
-                           : c.policy == gs::nn::SecondExpert::random
-                               ? ref::SecondExpertPolicy::random
-                               : ref::SecondExpertPolicy::sampling;
-  const ref::Result want = ref::moe_layer(p, o);
+  const ref::Result want = reference(mesh, in, c);
 
   CHECK(got.capacity == want.C);
   const auto out = got.output.to_global();
@@ -124,7 +71,7 @@ auto loss_function(const Case& c, bool dense, const typename Types<M>::X& r) {
   using TT = Types<M>;
   return [c, dense, r](const typename TT::X& x, const typename TT::Wg& wg,
                        const typename TT::Wi& wi, const typename TT::Wo& wo) {
-    const auto res = gs::nn::moe(x, wg, wi, wo, options(c, dense));
+    const auto res = gs::nn::moe(x, wg, wi, wo, options(c, false, dense));
     return (gs::einsum<"GSM,GSM->">(res.output, r) + res.aux_loss * 0.5 + res.z_loss * 0.25).eval();
   };
 }
@@ -132,7 +79,7 @@ auto loss_function(const Case& c, bool dense, const typename Types<M>::X& r) {
 // The gradients of x, wg, wi, wo (global vectors) on `mesh`, by the index or the dense path.
 template <class M>
 std::vector<std::vector<double>> gradients(const M& mesh, const Case& c, bool dense) {
-  Inputs<M> in(mesh, c);
+  In<M> in(mesh, c);
   const auto r = make<typename Types<M>::X>(mesh, {c.g, c.s, c.m}, 9);
   gs::track(std::tie(in.x, in.wg, in.wi, in.wo));
   const auto g = gs::grad(loss_function<M>(c, dense, r)(in.x, in.wg, in.wi, in.wo),
@@ -167,7 +114,7 @@ TEST_CASE("MoE gradients on one rank equal central finite differences") {
   for (const Case& c : cases) {
     if (!c.fd) continue;
     INFO("k " << c.k << " policy " << static_cast<int>(c.policy));
-    Inputs<Self> in(self, c);
+    In<Self> in(self, c);
     const auto r = make<Types<Self>::X>(self, {c.g, c.s, c.m}, 9);
     CHECK(fd_relative_error(loss_function<Self>(c, false, r), in.x, in.wg, in.wi, in.wo) < 1e-6);
   }
@@ -197,10 +144,10 @@ TEST_CASE("the index path moves tokens with one AllToAll each way, the backward 
     INFO("mesh " << gshard::test::sizes_text(s));
     const M mesh = gshard::test::mesh_of<M>(s);
     const Case c{16, 8, 4, 8, 4, 2, 2.0, gs::nn::SecondExpert::all, false};
-    Inputs<M> in(mesh, c);
+    In<M> in(mesh, c);
     gs::track(in.x);
     gs::comm_counters().reset();
-    const auto res = gs::nn::moe(in.x, in.wg, in.wi, in.wo, options(c, false));
+    const auto res = gs::nn::moe(in.x, in.wg, in.wi, in.wo, options(c));
     const auto forward = gs::comm_counters().get("y", gs::Collective::all_to_all);
     const auto loss = gs::einsum<"GSM->">(res.output).eval();
     gs::comm_counters().reset();
