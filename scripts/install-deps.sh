@@ -23,8 +23,9 @@ case "$purpose" in
   bench) packages+=("${bench[@]}") ;;
   # clang-19: CI's clang pass; python3-venv: scripts/kokkos-openmp.sh fetches Kokkos' source;
   # python3-h5py, hdf5-tools (h5dump): the HDF5 files are checked by other readers.
+  # iproute2 (ip, tc), procps (pgrep): the multi-host test bed, scripts/hosts.sh.
   test) packages+=(clang-format python3-numpy clang libclang-rt-14-dev clang-19 python3-venv
-    python3-h5py hdf5-tools "${moe_lm[@]}") ;;
+    python3-h5py hdf5-tools iproute2 procps "${moe_lm[@]}") ;;
   demo) packages+=("${moe_lm[@]}") ;;
   *) echo "usage: $0 [build|test|demo|bench]" >&2; exit 2 ;;
 esac

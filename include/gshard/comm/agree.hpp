@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "../core/error.hpp"
+#include "watchdog.hpp"
 
 namespace gshard::detail {
 
@@ -20,6 +21,7 @@ inline std::string first_message(MPI_Comm comm, const std::string& message) {
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
   int first = message.empty() ? size : rank;
+  const CollectiveWatch watch("AllReduce and Bcast (agreeing on an error)", "", comm);
   MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm);
   if (first == size) return {};
   std::string text = rank == first ? message : std::string();

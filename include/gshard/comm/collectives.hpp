@@ -11,6 +11,7 @@
 #include "../core/error.hpp"
 #include "../core/trace.hpp"
 #include "counters.hpp"
+#include "watchdog.hpp"
 
 namespace gshard::detail {
 
@@ -68,6 +69,7 @@ inline void counted(TraceSpan& span, const std::string& axes, Collective kind, s
 template <class T>
 void all_gather(const T* send, T* recv, std::int64_t n, MPI_Comm comm, const std::string& axes) {
   TraceSpan span("collective", "AllGather");
+  const CollectiveWatch watch("AllGather", axes, comm);
   const int k = group_size(comm);
   check_mpi(MPI_Allgather(send, mpi_count(n, "AllGather"), mpi_type<T>(), recv,
                           mpi_count(n, "AllGather"), mpi_type<T>(), comm),
@@ -79,6 +81,7 @@ void all_gather(const T* send, T* recv, std::int64_t n, MPI_Comm comm, const std
 template <class T>
 void all_to_all(const T* send, T* recv, std::int64_t n, MPI_Comm comm, const std::string& axes) {
   TraceSpan span("collective", "AllToAll");
+  const CollectiveWatch watch("AllToAll", axes, comm);
   const int k = group_size(comm);
   check_mpi(MPI_Alltoall(send, mpi_count(n, "AllToAll"), mpi_type<T>(), recv,
                          mpi_count(n, "AllToAll"), mpi_type<T>(), comm),
@@ -92,6 +95,7 @@ void all_to_all_v(const T* send, const std::vector<int>& send_counts,
                   const std::vector<int>& send_displs, T* recv, const std::vector<int>& recv_counts,
                   const std::vector<int>& recv_displs, MPI_Comm comm, const std::string& axes) {
   TraceSpan span("collective", "AllToAllv");
+  const CollectiveWatch watch("AllToAllv", axes, comm);
   int me = 0;
   MPI_Comm_rank(comm, &me);
   check_mpi(MPI_Alltoallv(send, send_counts.data(), send_displs.data(), mpi_type<T>(), recv,
@@ -107,6 +111,7 @@ void all_to_all_v(const T* send, const std::vector<int>& send_counts,
 template <class T>
 void all_reduce(T* data, std::int64_t n, ReduceOp op, MPI_Comm comm, const std::string& axes) {
   TraceSpan span("collective", "AllReduce");
+  const CollectiveWatch watch("AllReduce", axes, comm);
   const int k = group_size(comm);
   check_mpi(
       MPI_Allreduce(MPI_IN_PLACE, data, mpi_count(n, "AllReduce"), mpi_type<T>(), mpi_op(op), comm),
@@ -119,6 +124,7 @@ template <class T>
 void reduce_scatter(const T* send, T* recv, std::int64_t n, ReduceOp op, MPI_Comm comm,
                     const std::string& axes) {
   TraceSpan span("collective", "ReduceScatter");
+  const CollectiveWatch watch("ReduceScatter", axes, comm);
   const int k = group_size(comm);
   check_mpi(MPI_Reduce_scatter_block(send, recv, mpi_count(n, "ReduceScatter"), mpi_type<T>(),
                                      mpi_op(op), comm),
@@ -131,6 +137,7 @@ template <class T>
 void permute(const T* send, T* recv, std::int64_t n, int dest, int source, MPI_Comm comm,
              const std::string& axes) {
   TraceSpan span("collective", "CollectivePermute");
+  const CollectiveWatch watch("CollectivePermute", axes, comm);
   int me = 0;
   MPI_Comm_rank(comm, &me);
   check_mpi(MPI_Sendrecv(send, mpi_count(n, "CollectivePermute"), mpi_type<T>(), dest, 0, recv,
@@ -147,6 +154,7 @@ template <class T>
 void send_recv(const T* send, std::int64_t n_send, int dest, T* recv, std::int64_t n_recv,
                int source, MPI_Comm comm, const std::string& axes) {
   TraceSpan span("collective", "CollectivePermute");
+  const CollectiveWatch watch("CollectivePermute", axes, comm);
   int me = 0;
   MPI_Comm_rank(comm, &me);
   check_mpi(MPI_Sendrecv(send, mpi_count(n_send, "CollectivePermute"), mpi_type<T>(), dest, 1, recv,
@@ -163,6 +171,7 @@ template <class T>
 void exscan(const T* send, T* recv, std::int64_t n, ReduceOp op, T first, MPI_Comm comm,
             const std::string& axes) {
   TraceSpan span("collective", "ExScan");
+  const CollectiveWatch watch("ExScan", axes, comm);
   int me = 0;
   MPI_Comm_rank(comm, &me);
   check_mpi(MPI_Exscan(send, recv, mpi_count(n, "ExScan"), mpi_type<T>(), mpi_op(op), comm),

@@ -62,6 +62,7 @@ void hierarchical_step(const T* send, const std::vector<int>& send_counts,
                        MPI_Comm group, int me, const std::string& axes, const char* detail,
                        const char* what) {
   TraceSpan span("collective", "AllToAllv");
+  const CollectiveWatch watch("AllToAllv (hierarchical)", axes, group);
   if (span.on()) span.set_detail(detail);
   check_mpi(MPI_Alltoallv(send, send_counts.data(), send_displs.data(), mpi_type<T>(), recv,
                           recv_counts.data(), recv_displs.data(), mpi_type<T>(), group),

@@ -42,6 +42,8 @@ struct TraceState {
   const char* op = nullptr;              // the innermost public call running (UserSite)
   const char* op_file = nullptr;
   std::uint_least32_t op_line = 0;
+  bool describe =
+      false;  // keep `context` and `op` current without tracing (the watchdog's reports)
 };
 
 inline std::string trace_site(const char* file, std::uint_least32_t line) {
@@ -66,6 +68,9 @@ inline bool tracing() noexcept {
   return trace_state().on;
 #endif
 }
+
+/// Whether the running op and its layouts are kept for reports: when tracing or watching.
+inline bool describing() noexcept { return tracing() || trace_state().describe; }
 
 inline double trace_clock_us() noexcept {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() -
@@ -123,7 +128,7 @@ class TraceContext {
  public:
   template <class F>
   explicit TraceContext(F&& describe) {
-    if (!tracing()) return;
+    if (!describing()) return;
     text_ = std::forward<F>(describe)();
     previous_ = trace_state().context;
     trace_state().context = &text_;
@@ -146,7 +151,7 @@ class TraceContext {
 class TraceOp {
  public:
   TraceOp(const char* name, const char* file, std::uint_least32_t line, const char* prefix = "") {
-    if (name == nullptr || !tracing()) return;
+    if (name == nullptr || !describing()) return;
     TraceState& t = trace_state();
     on_ = true;
     name_ = std::string(prefix) + name;

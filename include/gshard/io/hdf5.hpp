@@ -225,6 +225,7 @@ inline int file_kind(MPI_Comm comm, const std::string& path) {
       kind = is > 0 ? 1 : 2;
     }
   }
+  const gshard::detail::CollectiveWatch watch("Bcast", "", comm);
   MPI_Bcast(&kind, 1, MPI_INT, 0, comm);
   return kind;
 }
@@ -441,6 +442,7 @@ void save_hdf5(const std::string& path, std::string_view dataset, const S& tenso
       std::error_code ec;
       std::filesystem::remove(path, ec);
     }
+    const gshard::detail::CollectiveWatch watch("Barrier", "", comm);
     MPI_Barrier(comm);
     throw Error(op, e);
   };

@@ -41,6 +41,7 @@ class MpiFile {
  public:
   MpiFile(MPI_Comm comm, const std::string& path, int mode, std::string op)
       : comm_(comm), path_(path), op_(std::move(op)) {
+    const gshard::detail::CollectiveWatch watch("MPI_File_open", "", comm);
     const int rc = MPI_File_open(comm, path.c_str(), mode, MPI_INFO_NULL, &fh_);
     std::string error;
     if (rc != MPI_SUCCESS) {
@@ -93,6 +94,7 @@ class MpiFile {
         error = path_ + ": read " + std::to_string(got) + " of " + std::to_string(n) + " bytes";
     }
     agree(comm_, op_, error);
+    const gshard::detail::CollectiveWatch watch("Bcast (file contents)", "", comm_);
     MPI_Bcast(bytes.data(), static_cast<int>(n), MPI_BYTE, 0, comm_);
     return bytes;
   }
@@ -218,6 +220,8 @@ void transfer_block(const MpiFile& file, std::uint64_t at, const S& t, bool writ
   if (write) Kokkos::deep_copy(host, t.local_view());
   const MPI_Datatype type = memory.get() != MPI_DATATYPE_NULL ? memory.get() : element;
   MPI_Status st;
+  const gshard::detail::CollectiveWatch watch(write ? "MPI_File_write_all" : "MPI_File_read_all",
+                                              "", file.comm());
   const int rc = write ? MPI_File_write_all(file.handle(), host.data(), active ? 1 : 0, type, &st)
                        : MPI_File_read_all(file.handle(), host.data(), active ? 1 : 0, type, &st);
   std::string error;
@@ -250,6 +254,7 @@ std::uint64_t checksum(const S& t) {
       const std::int64_t g = b.global_of(static_cast<std::int64_t>(i));
       if (g >= 0) sum += element_hash(static_cast<std::uint64_t>(g), host(i));
     }
+  const gshard::detail::CollectiveWatch watch("AllReduce (checksum)", "", mesh.comm());
   MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_UINT64_T, MPI_SUM, mesh.comm());
   return sum;
 }

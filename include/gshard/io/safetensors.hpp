@@ -18,7 +18,9 @@
 // load when present (files written elsewhere may lack it).
 #include <mpi.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -54,6 +56,7 @@ inline void check_same_ranks(MPI_Comm comm, MPI_Comm mesh_comm, const std::strin
   int result = MPI_UNEQUAL;
   MPI_Comm_compare(comm, mesh_comm, &result);
   int bad = result == MPI_UNEQUAL ? 1 : 0;
+  const gshard::detail::CollectiveWatch watch("AllReduce", "", comm);
   MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, comm);
   if (bad)
     throw Error(
@@ -71,6 +74,26 @@ inline void sync_directory(const std::filesystem::path& path) {
   }
 #else
   (void)path;
+#endif
+}
+
+/// Why this rank cannot create `path` ("" when it can): its directory is missing, on a
+/// read-only file system, or not writable here. The processor name (the host) is in the text.
+inline std::string cannot_create(const std::string& path) {
+#if defined(__unix__)
+  const std::filesystem::path p(path);
+  const std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
+  if (::access(dir.c_str(), W_OK) == 0) return {};
+  const int err = errno;
+  int rank = 0, length = 0;
+  char host[MPI_MAX_PROCESSOR_NAME] = {};
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Get_processor_name(host, &length);
+  return "cannot create " + path + ": " + std::strerror(err) + " (world rank " +
+         std::to_string(rank) + " on " + std::string(host, static_cast<std::size_t>(length)) + ")";
+#else
+  (void)path;
+  return {};
 #endif
 }
 
@@ -126,7 +149,12 @@ class SafetensorsWriter {
     const std::string tmp = path + ".tmp";
     int rank = 0;
     MPI_Comm_rank(comm_, &rank);
+    // Every rank must be able to create the file before the collective open: where the open
+    // fails on some ranks only (a directory read-only on one host), Open MPI's OMPIO (4.1) hangs
+    // inside MPI_File_open instead of returning an error. So the ranks agree on it first.
+    detail::agree(comm_, op, detail::cannot_create(tmp));
     if (rank == 0) MPI_File_delete(tmp.c_str(), MPI_INFO_NULL);  // a crashed save's leftovers
+    const gshard::detail::CollectiveWatch watch("Barrier", "", comm_);
     MPI_Barrier(comm_);
     {
       detail::MpiFile file(comm_, tmp, MPI_MODE_CREATE | MPI_MODE_WRONLY, op);

@@ -192,6 +192,7 @@ inline DroplessRows dropless_rows(const DroplessPlan& p, const MeshState& ms,
   for (std::int64_t v : recv_keys) rows.received += v;
   if (max_rows > 0) {
     std::int64_t worst = rows.received;
+    const gshard::detail::CollectiveWatch watch("AllReduce (row limit)", "all", ms.comm);
     MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_INT64_T, MPI_MAX, ms.comm);
     if (worst > max_rows)
       throw Error("moe", "dropless routing sends " + std::to_string(worst) +

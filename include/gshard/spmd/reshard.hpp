@@ -169,6 +169,7 @@ class ReshardExecutor {
     const int k = group_size_of(s.axes, mesh_.sizes);
     const std::int64_t n = static_cast<std::int64_t>(in.extent(0));
     TraceSpan span("collective", "AllReduce");
+    const CollectiveWatch watch("AllReduce", axes(s.axes), group(s.axes));
     check_mpi(MPI_Allreduce(src.data(), dst.data(), mpi_count(n, "AllReduce"), mpi_type<T>(),
                             mpi_op(op_), group(s.axes)),
               "AllReduce");

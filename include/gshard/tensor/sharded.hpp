@@ -365,6 +365,7 @@ class Sharded {
     if (root < 0) {
       detail::all_gather(host.data(), all.data(), n, mesh_.comm(), "all");
     } else {
+      const gshard::detail::CollectiveWatch watch("Gather", "all", mesh_.comm());
       MPI_Gather(host.data(), detail::mpi_count(n, "gather_to_root"), detail::mpi_type<T>(),
                  all.data(), detail::mpi_count(n, "gather_to_root"), detail::mpi_type<T>(), root,
                  mesh_.comm());
