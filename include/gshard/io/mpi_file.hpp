@@ -41,8 +41,11 @@ class MpiFile {
  public:
   MpiFile(MPI_Comm comm, const std::string& path, int mode, std::string op)
       : comm_(comm), path_(path), op_(std::move(op)) {
-    const gshard::detail::CollectiveWatch watch("MPI_File_open", "", comm);
-    const int rc = MPI_File_open(comm, path.c_str(), mode, MPI_INFO_NULL, &fh_);
+    int rc = MPI_SUCCESS;
+    {
+      const gshard::detail::CollectiveWatch watch("MPI_File_open", "", comm);
+      rc = MPI_File_open(comm, path.c_str(), mode, MPI_INFO_NULL, &fh_);
+    }
     std::string error;
     if (rc != MPI_SUCCESS) {
       fh_ = MPI_FILE_NULL;
@@ -112,12 +115,25 @@ class MpiFile {
   }
 
   void set_size(std::uint64_t n) const {
-    check(MPI_File_set_size(fh_, static_cast<MPI_Offset>(n)), "resize");
+    int rc = MPI_SUCCESS;
+    {
+      const gshard::detail::CollectiveWatch watch("MPI_File_set_size", "", comm_);
+      rc = MPI_File_set_size(fh_, static_cast<MPI_Offset>(n));
+    }
+    check(rc, "resize");
   }
   /// Flushes to storage, then closes. Collective.
   void sync_and_close() {
-    check(MPI_File_sync(fh_), "flush");
-    const int rc = MPI_File_close(&fh_);
+    int rc = MPI_SUCCESS;
+    {
+      const gshard::detail::CollectiveWatch watch("MPI_File_sync", "", comm_);
+      rc = MPI_File_sync(fh_);
+    }
+    check(rc, "flush");
+    {
+      const gshard::detail::CollectiveWatch watch("MPI_File_close", "", comm_);
+      rc = MPI_File_close(&fh_);
+    }
     fh_ = MPI_FILE_NULL;
     agree(comm_, op_, rc == MPI_SUCCESS ? "" : "cannot close " + path_ + ": " + mpi_error_text(rc));
   }
@@ -212,18 +228,24 @@ void transfer_block(const MpiFile& file, std::uint64_t at, const S& t, bool writ
   }
   const TypeHandle memory(m), view(f);
   // The view's filetype differs per rank; etype and data representation are the same.
-  file.check(MPI_File_set_view(file.handle(), static_cast<MPI_Offset>(at), element,
-                               view.get() != MPI_DATATYPE_NULL ? view.get() : element, "native",
-                               MPI_INFO_NULL),
-             "set a file view on");
+  {
+    const gshard::detail::CollectiveWatch watch("MPI_File_set_view", "", file.comm());
+    file.check(MPI_File_set_view(file.handle(), static_cast<MPI_Offset>(at), element,
+                                 view.get() != MPI_DATATYPE_NULL ? view.get() : element, "native",
+                                 MPI_INFO_NULL),
+               "set a file view on");
+  }
   auto host = Kokkos::create_mirror_view(t.local_view());
   if (write) Kokkos::deep_copy(host, t.local_view());
   const MPI_Datatype type = memory.get() != MPI_DATATYPE_NULL ? memory.get() : element;
   MPI_Status st;
-  const gshard::detail::CollectiveWatch watch(write ? "MPI_File_write_all" : "MPI_File_read_all",
-                                              "", file.comm());
-  const int rc = write ? MPI_File_write_all(file.handle(), host.data(), active ? 1 : 0, type, &st)
-                       : MPI_File_read_all(file.handle(), host.data(), active ? 1 : 0, type, &st);
+  int rc = MPI_SUCCESS;
+  {
+    const gshard::detail::CollectiveWatch watch(write ? "MPI_File_write_all" : "MPI_File_read_all",
+                                                "", file.comm());
+    rc = write ? MPI_File_write_all(file.handle(), host.data(), active ? 1 : 0, type, &st)
+               : MPI_File_read_all(file.handle(), host.data(), active ? 1 : 0, type, &st);
+  }
   std::string error;
   if (rc != MPI_SUCCESS)
     error = std::string(write ? "cannot write" : "cannot read") + " tensor \"" + name + "\" of " +
@@ -234,6 +256,7 @@ void transfer_block(const MpiFile& file, std::uint64_t at, const S& t, bool writ
     gshard::detail::mark_updated(t, "a file read");
   }
   // Back to a plain byte view for header access.
+  const gshard::detail::CollectiveWatch watch("MPI_File_set_view", "", file.comm());
   file.check(MPI_File_set_view(file.handle(), 0, MPI_BYTE, MPI_BYTE, "native", MPI_INFO_NULL),
              "reset the file view of");
 }
