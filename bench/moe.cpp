@@ -38,7 +38,15 @@
 // in blocks of ceil(E / ranks)); the capacity path computes E C G / ranks rows per rank whatever
 // it.
 //
+// Split (--split-csv PATH): after those, --reps more steps each under a gshard::Trace; a step's
+// communication is the time inside its traced collectives (summed per rank, max over ranks), its
+// compute the rest. Then the step's collectives, in order and with the same bytes, are replayed
+// as bare MPI calls (MPI_Alltoall, MPI_Allreduce, ...) on preallocated buffers, --reps times: the
+// hand-written reference for the communication (AllToAllv replayed as an even MPI_Alltoall of the
+// largest rank's bytes).
+//
 // Usage: bench_moe [--csv PATH] [--reps N] [--warmup N] [--only TEXT] [--modes LIST] [--skew B]
+//                  [--split-csv PATH]
 #include <mpi.h>
 #include <sys/resource.h>
 
@@ -49,10 +57,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <gshard/gshard.hpp>
@@ -77,6 +88,7 @@ struct Options {
   std::string only;
   std::string modes = "cf2";
   double skew = 0.5;
+  std::string split_csv;  // empty: no split
 };
 
 // The command line, through CLI11 (as the main job); nullopt: run, else the exit code.
@@ -89,6 +101,8 @@ std::optional<int> parse(int argc, char** argv, Options& o, bool print) {
   app.add_option("--modes", o.modes,
                  "comma-separated: cf2, cf1.25, dropless, cf2_skew, dropless_skew, or all");
   app.add_option("--skew", o.skew, "added to the router's columns of experts 0 and 1 (_skew)");
+  app.add_option("--split-csv", o.split_csv,
+                 "also split traced steps into compute and communication, against bare MPI");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -203,6 +217,101 @@ std::pair<double, std::int64_t> imbalance(const std::vector<std::int64_t>& per_e
 }
 
 // This process's peak resident set so far, MB (Linux: ru_maxrss in KiB).
+// A step split into compute and communication (seconds, max over ranks, medians), and the same
+// collectives replayed as bare MPI calls.
+struct Split {
+  double step = 0, comm = 0, mpi = 0;
+  double transfer = 0;            // per collective the shortest rank's time, summed: no waiting
+  double calls = 0, mb_sent = 0;  // per step, on the rank that sends most
+  std::string kinds;              // "AllToAll x4, AllReduce x3"
+};
+
+// The bare MPI call of one traced collective: `bytes` is what gshard's counters record (sent to
+// the other k - 1 ranks; 2 (k - 1) / k of the buffer for AllReduce).
+void replay(const std::string& kind, double bytes, int k, float* a, float* b) {
+  const auto per_peer = static_cast<int>(bytes / (4.0 * (k - 1)));
+  if (kind == "AllToAll" || kind == "AllToAllv") {
+    MPI_Alltoall(a, per_peer, MPI_FLOAT, b, per_peer, MPI_FLOAT, MPI_COMM_WORLD);
+  } else if (kind == "AllReduce") {
+    const auto n = std::max(1, static_cast<int>(bytes * k / (8.0 * (k - 1))));
+    MPI_Allreduce(MPI_IN_PLACE, a, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  } else if (kind == "AllGather") {
+    MPI_Allgather(a, per_peer, MPI_FLOAT, b, per_peer, MPI_FLOAT, MPI_COMM_WORLD);
+  } else if (kind == "ReduceScatter") {
+    MPI_Reduce_scatter_block(a, b, per_peer, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  } else {
+    throw gs::Error("bench_moe", "no bare MPI replay for the collective " + kind);
+  }
+}
+
+// Needs more than one rank (one rank has no collectives to replay).
+Split split_step(X& x, Wg& wg, Wi& wi, Wo& wo, const X& r, const gs::nn::MoeOptions& opts,
+                 int reps) {
+  int k = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &k);
+  std::vector<double> steps, comms, transfers, mpis;
+  std::vector<std::string> kinds;
+  std::vector<double> bytes;
+  for (int i = 0; i < reps; ++i) {
+    gs::Trace trace(MPI_COMM_WORLD);
+    trace.begin_step();
+    steps.push_back(bench::moe_step(x, wg, wi, wo, r, opts));
+    trace.end_step();
+    double comm = 0;
+    std::vector<double> each;
+    for (const auto& e : trace.events()) {
+      if (std::string_view(e.category) != "collective") continue;
+      comm += e.duration_us * 1e-6;
+      each.push_back(e.duration_us * 1e-6);
+      if (i == 0) {
+        kinds.push_back(e.name);
+        bytes.push_back(static_cast<double>(e.bytes));
+      }
+    }
+    comms.push_back(bench::max_over_ranks(comm));
+    // The rank that arrives last at a collective waits for no one: its time is the transfer.
+    MPI_Allreduce(MPI_IN_PLACE, each.data(), static_cast<int>(each.size()), MPI_DOUBLE, MPI_MIN,
+                  MPI_COMM_WORLD);
+    transfers.push_back(std::accumulate(each.begin(), each.end(), 0.0));
+  }
+  // Every rank replays the same calls: the largest rank's bytes for each.
+  MPI_Allreduce(MPI_IN_PLACE, bytes.data(), static_cast<int>(bytes.size()), MPI_DOUBLE, MPI_MAX,
+                MPI_COMM_WORLD);
+  const double most = bytes.empty() ? 0 : *std::max_element(bytes.begin(), bytes.end());
+  // Page-aligned, touched once: a buffer's alignment alone changed MPI_Allreduce's time 3.7x
+  // (bench/reshard.cpp).
+  const std::size_t floats = static_cast<std::size_t>(most * k / 4.0) + 1024;
+  const std::size_t size = (floats * sizeof(float) + 4095) / 4096 * 4096;
+  std::unique_ptr<float, decltype(&std::free)> a(
+      static_cast<float*>(std::aligned_alloc(4096, size)), &std::free),
+      b(static_cast<float*>(std::aligned_alloc(4096, size)), &std::free);
+  if (!a || !b) throw gs::Error("bench_moe", "cannot allocate the replay's buffers");
+  std::fill_n(a.get(), size / sizeof(float), 1.0f);
+  std::fill_n(b.get(), size / sizeof(float), 0.0f);
+  for (int i = 0; i < reps + 1; ++i) {  // the first a warm-up
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = now();
+    for (std::size_t j = 0; j < kinds.size(); ++j) replay(kinds[j], bytes[j], k, a.get(), b.get());
+    const double t = bench::max_over_ranks(now() - t0);
+    if (i > 0) mpis.push_back(t);
+  }
+  Split s{median(steps),
+          median(comms),
+          median(mpis),
+          median(transfers),
+          static_cast<double>(kinds.size()),
+          0,
+          ""};
+  std::map<std::string, int> count;
+  for (std::size_t j = 0; j < kinds.size(); ++j) {
+    s.mb_sent += bytes[j] / 1e6;
+    ++count[kinds[j]];
+  }
+  for (const auto& [kind, n] : count)
+    s.kinds += (s.kinds.empty() ? "" : ", ") + kind + " x" + std::to_string(n);
+  return s;
+}
+
 double peak_rss_mb() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
@@ -232,6 +341,14 @@ int main(int argc, char** argv) {
     cases.push_back({"weak", 2048 * ranks, 512, 512, 2048, 2 * ranks});
 
     std::FILE* csv = nullptr;
+    std::FILE* split_csv = nullptr;
+    if (rank == 0 && !o.split_csv.empty()) {
+      split_csv = std::fopen(o.split_csv.c_str(), "w");
+      if (!split_csv) throw gs::Error("bench_moe", "cannot write " + o.split_csv);
+      std::fprintf(split_csv,
+                   "case,mode,ranks,step_s,comm_s,compute_s,transfer_s,mpi_s,gshard_over_mpi,calls,"
+                   "mb_sent_per_rank,collectives\n");
+    }
     if (rank == 0) {
       csv = std::fopen(o.csv.c_str(), "w");
       if (!csv) throw gs::Error("bench_moe", "cannot write " + o.csv);
@@ -330,9 +447,26 @@ int main(int argc, char** argv) {
           std::fflush(stdout);
           std::fflush(csv);
         }
+        if (!o.split_csv.empty() && ranks > 1) {
+          const Split sp = split_step(x, wg, wi, wo, r, opts, o.reps);
+          if (rank == 0) {
+            std::printf(
+                "  split: step %.3f s = compute %.3f + communication %.3f (of which "
+                "transfer %.3f; %s, %.1f MB sent per rank); the same calls in bare MPI "
+                "%.3f s (%.2fx of the transfer)\n",
+                sp.step, sp.step - sp.comm, sp.comm, sp.transfer, sp.kinds.c_str(), sp.mb_sent,
+                sp.mpi, sp.mpi / sp.transfer);
+            std::fprintf(split_csv, "%s,%s,%d,%.6f,%.6f,%.6f,%.6f,%.6f,%.4f,%.0f,%.3f,\"%s\"\n",
+                         c.name.c_str(), mode.name.c_str(), ranks, sp.step, sp.comm,
+                         sp.step - sp.comm, sp.transfer, sp.mpi, sp.mpi / sp.transfer, sp.calls,
+                         sp.mb_sent, sp.kinds.c_str());
+            std::fflush(split_csv);
+          }
+        }
       }
     }
     if (csv) std::fclose(csv);
+    if (split_csv) std::fclose(split_csv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_moe [rank %d]: %s\n", rank, e.what());
     status = 1;

@@ -6,10 +6,18 @@
 
 #include <Kokkos_Core.hpp>
 #include <bit>
+#include <cerrno>
 #include <climits>
 #include <cstdint>
+#include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
+
+#if defined(__unix__)
+#include <fcntl.h>
+#include <unistd.h>
+#endif
 
 #include "../comm/agree.hpp"
 #include "../comm/collectives.hpp"
@@ -280,6 +288,64 @@ std::uint64_t checksum(const S& t) {
   const gshard::detail::CollectiveWatch watch("AllReduce (checksum)", "", mesh.comm());
   MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_UINT64_T, MPI_SUM, mesh.comm());
   return sum;
+}
+
+/// " (world rank R on HOST)": where a file system error happened, for messages every rank shows.
+inline std::string where_here() {
+  int rank = 0, length = 0;
+  char host[MPI_MAX_PROCESSOR_NAME] = {};
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Get_processor_name(host, &length);
+  return " (world rank " + std::to_string(rank) + " on " +
+         std::string(host, static_cast<std::size_t>(length)) + ")";
+}
+
+/// Why this rank cannot create `path` ("" when it can): its directory is missing, on a
+/// read-only file system, or not writable here. The processor name (the host) is in the text.
+inline std::string cannot_create(const std::string& path) {
+#if defined(__unix__)
+  const std::filesystem::path p(path);
+  const std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
+  if (::access(dir.c_str(), W_OK) == 0) return {};
+  return "cannot create " + path + ": " + std::strerror(errno) + where_here();
+#else
+  (void)path;
+  return {};
+#endif
+}
+
+/// Creates `path` with `bytes` reserved on its file system ("" when done, or when the file system
+/// cannot reserve: fallocate unsupported). Reserved first, a full disk fails here, before the
+/// collective writes: Open MPI 4.1's OMPIO loses a write's ENOSPC, and MPI_File_sync then fails
+/// on one rank while the others wait in it (docs/multihost.md).
+inline std::string reserve_file(const std::string& path, std::uint64_t bytes) {
+#if defined(__linux__)
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) return "cannot create " + path + ": " + std::strerror(errno) + where_here();
+  int err = 0;
+  if (bytes > 0 && ::fallocate(fd, 0, 0, static_cast<off_t>(bytes)) != 0) err = errno;
+  ::close(fd);
+  if (err == 0 || err == EOPNOTSUPP || err == ENOSYS) return {};
+  ::unlink(path.c_str());
+  return "cannot reserve " + std::to_string(bytes) + " bytes for " + path + ": " +
+         std::strerror(err) + where_here();
+#else
+  (void)path;
+  (void)bytes;
+  return {};
+#endif
+}
+
+/// Before a collective open for writing `path` (`bytes` long), collective over `comm`: every
+/// rank can create it, and rank 0 creates it with its space reserved; else the same Error on
+/// every rank. Open MPI 4.1's OMPIO hangs instead of failing where an open fails on some ranks
+/// only (a directory read-only on one host), and where a write runs out of space.
+inline void prepare_file(MPI_Comm comm, const std::string& path, std::uint64_t bytes,
+                         const std::string& op) {
+  agree(comm, op, cannot_create(path));
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  agree(comm, op, rank == 0 ? reserve_file(path, bytes) : std::string());
 }
 
 }  // namespace detail

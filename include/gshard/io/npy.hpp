@@ -22,8 +22,10 @@ void save_npy(const std::string& path, const S& tensor,
   const gshard::detail::UserSite site(where, "save_npy");
   using T = typename S::value_type;
   const std::string header = make_npy_header(npy_descr<T>(), tensor.shape());
+  const std::uint64_t total = header.size() + static_cast<std::uint64_t>(tensor.size()) * sizeof(T);
+  detail::prepare_file(tensor.mesh().comm(), path, total, "save_npy");
   detail::MpiFile file(tensor.mesh().comm(), path, MPI_MODE_CREATE | MPI_MODE_WRONLY, "save_npy");
-  file.set_size(header.size() + static_cast<std::uint64_t>(tensor.size()) * sizeof(T));
+  file.set_size(total);
   file.write_on_root(0, header);
   detail::transfer_block(file, header.size(), tensor, /*write=*/true, path);
   file.sync_and_close();

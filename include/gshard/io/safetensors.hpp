@@ -77,26 +77,6 @@ inline void sync_directory(const std::filesystem::path& path) {
 #endif
 }
 
-/// Why this rank cannot create `path` ("" when it can): its directory is missing, on a
-/// read-only file system, or not writable here. The processor name (the host) is in the text.
-inline std::string cannot_create(const std::string& path) {
-#if defined(__unix__)
-  const std::filesystem::path p(path);
-  const std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
-  if (::access(dir.c_str(), W_OK) == 0) return {};
-  const int err = errno;
-  int rank = 0, length = 0;
-  char host[MPI_MAX_PROCESSOR_NAME] = {};
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Get_processor_name(host, &length);
-  return "cannot create " + path + ": " + std::strerror(err) + " (world rank " +
-         std::to_string(rank) + " on " + std::string(host, static_cast<std::size_t>(length)) + ")";
-#else
-  (void)path;
-  return {};
-#endif
-}
-
 }  // namespace detail
 
 /// Collects named global tensors and metadata, then writes them as one safetensors file.
@@ -149,11 +129,7 @@ class SafetensorsWriter {
     const std::string tmp = path + ".tmp";
     int rank = 0;
     MPI_Comm_rank(comm_, &rank);
-    // Every rank must be able to create the file before the collective open: where the open
-    // fails on some ranks only (a directory read-only on one host), Open MPI's OMPIO (4.1) hangs
-    // inside MPI_File_open instead of returning an error. So the ranks agree on it first.
-    detail::agree(comm_, op, detail::cannot_create(tmp));
-    if (rank == 0) MPI_File_delete(tmp.c_str(), MPI_INFO_NULL);  // a crashed save's leftovers
+    detail::prepare_file(comm_, tmp, total, op);  // a crashed save's leftovers replaced
     const gshard::detail::CollectiveWatch watch("Barrier", "", comm_);
     MPI_Barrier(comm_);
     {

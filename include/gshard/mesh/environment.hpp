@@ -109,6 +109,13 @@ class Environment {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (initialized == 0) {
+#if defined(OPEN_MPI) && defined(__unix__)
+      // gshard's MPI-IO never uses shared file pointers. OMPIO picks its lockedfile component
+      // per process, where it can create a lock file: with a directory writable on some hosts
+      // only, the ranks pick differently and every open there hangs (docs/multihost.md). A
+      // user's own choice (mpirun --mca sharedfp, OMPI_MCA_sharedfp) is kept.
+      ::setenv("OMPI_MCA_sharedfp", "^lockedfile", 0);
+#endif
       if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &thread_level_) != MPI_SUCCESS)
         throw Error("Environment", "MPI_Init_thread failed");
       owns_mpi_ = true;

@@ -3,9 +3,13 @@
 // checksums, atomic saves, and bad files (corrupt, truncated, other shapes and dtypes), each
 // raising the same gshard::Error on every rank. Expected values are a formula of the global index
 // (exact in every element type), never the library's own output.
+#include <sys/resource.h>
+
+#include <csignal>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -227,6 +231,55 @@ TEST_CASE("safetensors: a failed save leaves the previous checkpoint whole") {
   same_error_everywhere([&] { w.write(path); }, "gshard::write_safetensors: ");
   CHECK(fs::file_size(path) == before);
   check_four(mesh, path);
+  cleanup(dir);
+}
+
+// While it lives, this rank cannot make a file longer than `bytes` (RLIMIT_FSIZE): the kernel
+// refuses a reservation past it as a full disk would (EFBIG instead of ENOSPC).
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    getrlimit(RLIMIT_FSIZE, &saved_);
+    signal_ = std::signal(SIGXFSZ, SIG_IGN);  // else the process is killed
+    rlimit lower = saved_;
+    lower.rlim_cur = bytes;
+    setrlimit(RLIMIT_FSIZE, &lower);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &saved_);
+    std::signal(SIGXFSZ, signal_);
+  }
+
+ private:
+  rlimit saved_{};
+  void (*signal_)(int) = nullptr;
+};
+
+TEST_CASE("a save with no room on rank 0 fails on every rank before writing") {
+  // Open MPI 4.1's OMPIO loses a write's ENOSPC and then hangs in MPI_File_sync; the writers
+  // reserve the whole file first (docs/multihost.md). Here only rank 0 lacks room.
+  const fs::path dir = scratch_dir("no_room");
+  const M2 mesh(MPI_COMM_WORLD, {world_size(), 1});
+  const std::string path = (dir / "ck.safetensors").string();
+  write_four(mesh, path);
+  const auto before = fs::file_size(path);
+  const auto v =
+      gshard::from_global<Sharded<float, M2, "R:x C">>(mesh, shape_a, exact_values<float>(35, 9));
+  {
+    std::optional<FileSizeLimit> limit;
+    if (mesh.rank() == 0) limit.emplace(64);
+    gshard::io::SafetensorsWriter w(mesh.comm());
+    w.add("a", v);
+    same_error_everywhere([&] { w.write(path); }, "cannot reserve");
+    same_error_everywhere([&] { gshard::io::save_npy((dir / "a.npy").string(), v); },
+                          "gshard::save_npy: cannot reserve");
+  }
+  CHECK(fs::file_size(path) == before);
+  check_four(mesh, path);
+  CHECK_FALSE(fs::exists(path + ".tmp"));
+  CHECK_FALSE(fs::exists(dir / "a.npy"));
   cleanup(dir);
 }
 
