@@ -68,13 +68,9 @@
 
 #include <gshard/gshard.hpp>
 
+#include "cli.hpp"
+#include "gemm_rate.hpp"
 #include "moe_step.hpp"
-
-#if defined(GSHARD_HAVE_CBLAS)
-#include <cblas.h>
-#else
-#include <Eigen/Core>
-#endif
 
 namespace {
 
@@ -103,15 +99,7 @@ std::optional<int> parse(int argc, char** argv, Options& o, bool print) {
   app.add_option("--skew", o.skew, "added to the router's columns of experts 0 and 1 (_skew)");
   app.add_option("--split-csv", o.split_csv,
                  "also split traced steps into compute and communication, against bare MPI");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    std::ostringstream out, err;
-    const int code = app.exit(e, out, err);
-    if (print) std::fprintf(code ? stderr : stdout, "%s%s", out.str().c_str(), err.str().c_str());
-    return code;
-  }
-  return std::nullopt;
+  return bench::parse_cli(app, argc, argv, print);
 }
 
 struct Case {
@@ -166,33 +154,6 @@ double expert_flops(double rows, const Case& c) {
 }
 
 // Best one-core sgemm GFLOP/s on the experts' two GEMM shapes (rows per expert).
-double gemm_gflops(std::int64_t rows, std::int64_t m, std::int64_t h, int reps) {
-  rows = std::max<std::int64_t>(rows, 1);
-  std::vector<float> a(static_cast<std::size_t>(rows * std::max(m, h)), 0.5f);
-  std::vector<float> b(static_cast<std::size_t>(m * h), 0.25f);
-  std::vector<float> c(static_cast<std::size_t>(rows * std::max(m, h)), 0.0f);
-  double best = 0;
-  for (const auto& [k, n] : {std::pair{m, h}, std::pair{h, m}}) {
-    std::vector<double> times;
-    for (int i = 0; i < reps + 1; ++i) {
-      const double t0 = now();
-#if defined(GSHARD_HAVE_CBLAS)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
-                  static_cast<int>(n), static_cast<int>(k), 1.0f, a.data(), static_cast<int>(k),
-                  b.data(), static_cast<int>(n), 0.0f, c.data(), static_cast<int>(n));
-#else
-      using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-      Eigen::Map<Mat>(c.data(), rows, n).noalias() =
-          Eigen::Map<const Mat>(a.data(), rows, k) * Eigen::Map<const Mat>(b.data(), k, n);
-#endif
-      if (i > 0) times.push_back(now() - t0);
-    }
-    const double fastest = *std::min_element(times.begin(), times.end());
-    best = std::max(best, 2.0 * static_cast<double>(rows * k * n) / fastest / 1e9);
-  }
-  return best;
-}
-
 // The router with `bias` added to every entry of the columns of experts 0 and 1.
 Wg skewed(const Line& mesh, const Wg& wg, double bias) {
   std::vector<float> w = wg.to_global();
@@ -381,7 +342,7 @@ int main(int argc, char** argv) {
         const std::int64_t rows = mode.dropless ? 2 * c.tokens / c.e : cap * c.groups();
         // The GEMM rate is measured before and after the steps (10 runs each, fastest kept): one
         // measurement alone varied by 10% on a shared VM.
-        double gemm = gemm_gflops(rows, c.m, c.h, 10);
+        double gemm = bench::gemm_gflops(rows, c.m, c.h, 10);
         std::vector<double> times;
         for (int i = 0; i < o.warmup + o.reps; ++i) {
           const double t = bench::moe_step(x, wg, wi, wo, r, opts);
@@ -410,7 +371,7 @@ int main(int argc, char** argv) {
         double flops_total = static_cast<double>(gs::flop_counters().contraction());
         MPI_Allreduce(MPI_IN_PLACE, &flops_total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
         // Every rank measures the GEMM alone at the same time: one core each, as in the step.
-        gemm = std::max(gemm, gemm_gflops(rows, c.m, c.h, 10));
+        gemm = std::max(gemm, bench::gemm_gflops(rows, c.m, c.h, 10));
         MPI_Allreduce(MPI_IN_PLACE, &gemm, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
         const std::int64_t kept = std::accumulate(stats.tokens_per_expert.begin(),
                                                   stats.tokens_per_expert.end(), std::int64_t{0});

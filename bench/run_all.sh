@@ -11,6 +11,7 @@ cd "$root"
 bash bench/run_einsum.sh
 bash bench/run_reshard.sh
 bash bench/run_moe.sh
+bash bench/run_moe_lm_step.sh
 bash bench/run_heat2d.sh
 bash bench/run_matmul.sh --shapes square,tall --reps 2
 bash bench/run_network.sh || [ $? -eq 77 ]  # 77: no test bed here (not root)

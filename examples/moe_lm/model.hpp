@@ -57,8 +57,8 @@ using Model = gshard::nn::TransformerLM<float, MeshT, true>;
 // model_experts.cpp and model_loss.cpp (explicit instantiation of the members, not of the class:
 // its inline members are instantiated where used, as usual).
 extern template moe_lm::Model::X
-gshard::nn::TransformerLM<float, moe_lm::MeshT, true>::attention_block(const X&, std::int64_t,
-                                                                       const Mask&) const;
+gshard::nn::TransformerLM<float, moe_lm::MeshT, true>::attention_block(const X&,
+                                                                       std::int64_t) const;
 extern template moe_lm::Model::X gshard::nn::TransformerLM<float, moe_lm::MeshT, true>::dense_block(
     const X&, std::int64_t, std::int64_t) const;
 extern template moe_lm::Model::X gshard::nn::TransformerLM<float, moe_lm::MeshT, true>::moe_block(

@@ -2,4 +2,4 @@
 #include "model.hpp"
 
 template moe_lm::Model::X gshard::nn::TransformerLM<float, moe_lm::MeshT, true>::attention_block(
-    const X&, std::int64_t, const Mask&) const;
+    const X&, std::int64_t) const;

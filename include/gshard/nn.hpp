@@ -3,6 +3,7 @@
 // Transformer LM (namespace gshard::nn).
 #include "autodiff.hpp"
 #include "nn/clip.hpp"
+#include "nn/attention.hpp"
 #include "nn/moe.hpp"
 #include "nn/optimizers.hpp"
 #include "nn/schedules.hpp"

@@ -130,6 +130,14 @@ constexpr Layout finished_layout(Layout l) {
   return l;
 }
 
+/// `l` also pending over the partial axes of `g` (a cotangent's) that it neither splits nor has.
+inline Layout with_pending(Layout l, const Layout& g) {
+  for (int i = 0; i < g.partial_count; ++i)
+    if (!l.is_partial(g.partial[i]) && l.dim_on_axis(g.partial[i]) < 0)
+      l.partial[l.partial_count++] = g.partial[i];
+  return l;
+}
+
 /// "B:x S:y*z +w" with run-time axis names (for error messages).
 inline std::string layout_text(const Layout& l, const std::vector<std::string>& names) {
   return format_layout(l, names);

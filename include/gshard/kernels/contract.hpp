@@ -99,6 +99,10 @@ struct SumOutPlan {
   std::int64_t sum_ext[max_dims]{}, sum_stride[max_dims]{};
 };
 
+/// Columns per host iteration of sum_out's column sums (one on devices: a thread per column).
+inline constexpr std::int64_t sum_chunk =
+    std::is_same_v<Kokkos::DefaultExecutionSpace, Kokkos::DefaultHostExecutionSpace> ? 64 : 1;
+
 /// Sums `in` over the labels not in `keep` (keeping their order).
 template <class T>
 Kokkos::View<T*> sum_out(const T* in, const LocalBlock& from, const std::string& keep,
@@ -121,6 +125,40 @@ Kokkos::View<T*> sum_out(const T* in, const LocalBlock& from, const std::string&
   Kokkos::View<T*> out(
       Kokkos::view_alloc(std::string("gshard::einsum::sum"), Kokkos::WithoutInitializing),
       to.size());
+  const std::int64_t kept_size = to.size();
+  const std::size_t nk = to.labels.size();
+  // The usual cases without an index decode per element, each output summed in the same order
+  // as below (bitwise the same): the summed labels all lead (column sums, e.g. a bias's gradient
+  // "B S M -> M"), or all trail (row sums).
+  if (nk > 0 && from.labels.compare(from.labels.size() - nk, nk, to.labels) == 0) {
+    // One host iteration per chunk of columns, rows streamed in order; one thread per column on a
+    // device (neighbouring threads read neighbouring columns).
+    const std::int64_t chunks = (kept_size + sum_chunk - 1) / sum_chunk;
+    Kokkos::parallel_for(
+        "gshard::einsum::sum columns", Kokkos::RangePolicy<>(0, chunks),
+        KOKKOS_LAMBDA(std::int64_t c) {
+          const std::int64_t k0 = c * sum_chunk;
+          const std::int64_t n = kept_size - k0 < sum_chunk ? kept_size - k0 : sum_chunk;
+          T acc[sum_chunk] = {};
+          for (std::int64_t j = 0; j < sum_count; ++j) {
+            const T* row = in + j * kept_size + k0;
+            for (std::int64_t k = 0; k < n; ++k) acc[k] += row[k];
+          }
+          for (std::int64_t k = 0; k < n; ++k) out(k0 + k) = acc[k];
+        });
+    return out;
+  }
+  if (nk > 0 && from.labels.compare(0, nk, to.labels) == 0) {
+    Kokkos::parallel_for(
+        "gshard::einsum::sum rows", Kokkos::RangePolicy<>(0, kept_size),
+        KOKKOS_LAMBDA(std::int64_t i) {
+          const T* row = in + i * sum_count;
+          T acc{};
+          for (std::int64_t j = 0; j < sum_count; ++j) acc += row[j];
+          out(i) = acc;
+        });
+    return out;
+  }
   Kokkos::parallel_for(
       "gshard::einsum::sum", Kokkos::RangePolicy<>(0, to.size()), KOKKOS_LAMBDA(std::int64_t i) {
         std::int64_t base = 0;
@@ -363,6 +401,128 @@ void gemm_batched(const T* a, bool trans_a, const T* b, bool trans_b, T* c, cons
 #endif
     gemm_kokkos(a, trans_a, b, trans_b, c, s);
   }
+}
+
+/// Leading dimensions, batch strides and scalars of gemm_strided: C[i] = alpha op(A[i]) op(B[i])
+/// + beta C[i], where X[i] starts at x + i * stride_x and its rows are ld_x elements apart.
+/// Matrices inside larger row-major blocks (one head of "B S N D": rows N D apart) need no copy.
+struct GemmStrides {
+  std::int64_t lda = 0, ldb = 0, ldc = 0;
+  std::int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+  double alpha = 1, beta = 0;
+};
+
+/// Tests set it to run gemm_strided's portable kernel where a vendor library would run.
+inline bool& portable_gemm_forced() {
+  static bool forced = false;
+  return forced;
+}
+
+/// The portable strided GEMM: one thread per output element.
+template <class T>
+void gemm_strided_kokkos(const T* a, bool trans_a, const T* b, bool trans_b, T* c,
+                         const GemmShape& s, const GemmStrides& st) {
+  const T alpha = static_cast<T>(st.alpha), beta = static_cast<T>(st.beta);
+  Kokkos::parallel_for(
+      "gshard::gemm_strided", Kokkos::RangePolicy<>(0, s.batch * s.m * s.n),
+      KOKKOS_LAMBDA(std::int64_t idx) {
+        const std::int64_t j = idx % s.n;
+        const std::int64_t i = (idx / s.n) % s.m;
+        const std::int64_t bb = idx / (s.n * s.m);
+        const T* ab = a + bb * st.stride_a;
+        const T* bp = b + bb * st.stride_b;
+        T acc{};
+        for (std::int64_t k = 0; k < s.k; ++k)
+          acc += (trans_a ? ab[k * st.lda + i] : ab[i * st.lda + k]) *
+                 (trans_b ? bp[j * st.ldb + k] : bp[k * st.ldb + j]);
+        T& out = c[bb * st.stride_c + i * st.ldc + j];
+        out = beta == T{} ? alpha * acc : alpha * acc + beta * out;
+      });
+}
+
+/// Strided batched GEMM on the default execution space's vendor library (OpenBLAS per batch,
+/// cuBLAS and hipBLAS strided-batched), else the portable kernel. Row-major; op transposes the
+/// operand stored [k][m] (A) or [n][k] (B). Counts its FLOPs.
+template <class T>
+void gemm_strided(const T* a, bool trans_a, const T* b, bool trans_b, T* c, const GemmShape& s,
+                  const GemmStrides& st) {
+  if (s.batch == 0 || s.m == 0 || s.n == 0) return;
+  flop_counters().add_contraction(2 * s.batch * s.m * s.n * s.k);
+  constexpr GemmVendor vendor = gemm_vendor<Kokkos::DefaultExecutionSpace, T>();
+  constexpr std::int64_t max = std::numeric_limits<int>::max();
+  const bool fits =
+      blas_fits(s) && st.lda <= max && st.ldb <= max && st.ldc <= max && !portable_gemm_forced();
+  const int m = static_cast<int>(s.m), n = static_cast<int>(s.n), k = static_cast<int>(s.k);
+  const int lda = static_cast<int>(st.lda), ldb = static_cast<int>(st.ldb),
+            ldc = static_cast<int>(st.ldc);
+  const T alpha = static_cast<T>(st.alpha), beta = static_cast<T>(st.beta);
+  (void)m, (void)n, (void)k, (void)lda, (void)ldb, (void)ldc, (void)alpha, (void)beta, (void)fits;
+#if defined(GSHARD_HAVE_CBLAS)
+  if constexpr (vendor == GemmVendor::cblas) {
+    if (fits) {
+      const auto op_a = trans_a ? CblasTrans : CblasNoTrans;
+      const auto op_b = trans_b ? CblasTrans : CblasNoTrans;
+      for (std::int64_t i = 0; i < s.batch; ++i) {
+        const T* ai = a + i * st.stride_a;
+        const T* bi = b + i * st.stride_b;
+        T* ci = c + i * st.stride_c;
+        if constexpr (std::is_same_v<T, float>)
+          cblas_sgemm(CblasRowMajor, op_a, op_b, m, n, k, alpha, ai, lda, bi, ldb, beta, ci, ldc);
+        else
+          cblas_dgemm(CblasRowMajor, op_a, op_b, m, n, k, alpha, ai, lda, bi, ldb, beta, ci, ldc);
+      }
+      return;
+    }
+  }
+#endif
+#if defined(KOKKOS_ENABLE_CUDA) && defined(GSHARD_HAVE_CUBLAS)
+  // Column-major: C^T = op(B)^T op(A)^T, B first (gemm_cublas).
+  if constexpr (vendor == GemmVendor::cublas) {
+    if (fits) {
+      const cublasHandle_t h = cublas_handle();
+      cublasSetStream(h, Kokkos::DefaultExecutionSpace().cuda_stream());
+      const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+      const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+      cublasStatus_t r;
+      if constexpr (std::is_same_v<T, float>)
+        r = cublasSgemmStridedBatched(h, op_b, op_a, n, m, k, &alpha, b, ldb, st.stride_b, a, lda,
+                                      st.stride_a, &beta, c, ldc, st.stride_c,
+                                      static_cast<int>(s.batch));
+      else
+        r = cublasDgemmStridedBatched(h, op_b, op_a, n, m, k, &alpha, b, ldb, st.stride_b, a, lda,
+                                      st.stride_a, &beta, c, ldc, st.stride_c,
+                                      static_cast<int>(s.batch));
+      if (r != CUBLAS_STATUS_SUCCESS)
+        throw Error("gemm_strided",
+                    "cuBLAS GEMM failed with status " + std::to_string(static_cast<int>(r)));
+      return;
+    }
+  }
+#endif
+#if defined(KOKKOS_ENABLE_HIP) && defined(GSHARD_HAVE_HIPBLAS)
+  if constexpr (vendor == GemmVendor::hipblas) {
+    if (fits) {
+      const hipblasHandle_t h = hipblas_handle();
+      hipblasSetStream(h, Kokkos::DefaultExecutionSpace().hip_stream());
+      const hipblasOperation_t op_a = trans_a ? HIPBLAS_OP_T : HIPBLAS_OP_N;
+      const hipblasOperation_t op_b = trans_b ? HIPBLAS_OP_T : HIPBLAS_OP_N;
+      hipblasStatus_t r;
+      if constexpr (std::is_same_v<T, float>)
+        r = hipblasSgemmStridedBatched(h, op_b, op_a, n, m, k, &alpha, b, ldb, st.stride_b, a, lda,
+                                       st.stride_a, &beta, c, ldc, st.stride_c,
+                                       static_cast<int>(s.batch));
+      else
+        r = hipblasDgemmStridedBatched(h, op_b, op_a, n, m, k, &alpha, b, ldb, st.stride_b, a, lda,
+                                       st.stride_a, &beta, c, ldc, st.stride_c,
+                                       static_cast<int>(s.batch));
+      if (r != HIPBLAS_STATUS_SUCCESS)
+        throw Error("gemm_strided",
+                    "hipBLAS GEMM failed with status " + std::to_string(static_cast<int>(r)));
+      return;
+    }
+  }
+#endif
+  gemm_strided_kokkos(a, trans_a, b, trans_b, c, s, st);
 }
 
 inline std::string only_in(const std::string& from, const std::string& in_a,

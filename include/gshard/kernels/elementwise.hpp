@@ -226,14 +226,14 @@ struct LeafEval {
   int rank = 0;  // the output's rank
   const T* row_start = nullptr;
 
+  std::int64_t step = 0;  // the last dimension's stride (1, or 0 when broadcast)
   KOKKOS_INLINE_FUNCTION void row(const std::int64_t* idx) {
     std::int64_t off = base;
     for (int d = 0; d + 1 < rank; ++d) off += idx[d] * stride[d];
     row_start = data + off;
+    step = stride[rank > 0 ? rank - 1 : 0];
   }
-  KOKKOS_INLINE_FUNCTION T operator()(std::int64_t j) const {
-    return row_start[j * stride[rank > 0 ? rank - 1 : 0]];
-  }
+  KOKKOS_INLINE_FUNCTION T operator()(std::int64_t j) const { return row_start[j * step]; }
   int id = -1;  // which leaf of the chain (for the backward pass's tangents)
   KOKKOS_INLINE_FUNCTION T tangent(std::int64_t, int leaf) const { return T(id == leaf ? 1 : 0); }
 };
@@ -340,6 +340,10 @@ struct FusedRows {
   KOKKOS_INLINE_FUNCTION std::int64_t length(const State&) const { return last; }
   KOKKOS_INLINE_FUNCTION void element(const State& s, const std::int64_t j) const {
     s.dst[j] = j < s.n ? static_cast<T>(s.e(j)) : T(0);
+  }
+  KOKKOS_INLINE_FUNCTION void walk(const State& s) const {
+    for (std::int64_t j = 0; j < s.n; ++j) s.dst[j] = static_cast<T>(s.e(j));
+    for (std::int64_t j = s.n; j < last; ++j) s.dst[j] = T(0);
   }
 };
 

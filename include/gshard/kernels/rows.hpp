@@ -42,8 +42,12 @@ struct RowLoop {
   using Member = Kokkos::TeamPolicy<>::member_type;
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t row) const {
     const auto s = k.begin(row);
-    const std::int64_t n = k.length(s);
-    for (std::int64_t j = 0; j < n; ++j) k.element(s, j);
+    if constexpr (requires { k.walk(s); }) {
+      k.walk(s);  // the kernel's own in-order loop (branch-free, vectorisable)
+    } else {
+      const std::int64_t n = k.length(s);
+      for (std::int64_t j = 0; j < n; ++j) k.element(s, j);
+    }
   }
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const auto s = k.begin(static_cast<std::int64_t>(team.league_rank()));

@@ -30,6 +30,21 @@ struct moe_tokens_hold_partial_sums {
                 "gshard::nn::moe: finish the tokens' pending partial sums (reshard) first");
 };
 
+/// nn::scaled_dot_product_attention: an operand does not have the labels it needs, in order.
+template <auto Operand, auto Spec, auto Needed>
+struct attention_operand_labels {
+  static_assert(always_false<attention_operand_labels>,
+                "gshard::nn::scaled_dot_product_attention: an operand has the wrong labels "
+                "(operand, its spec, the labels it needs in that order: q \"B S N D\", k and v "
+                "\"B T N D\")");
+};
+/// nn::scaled_dot_product_attention: q's sequence S or head size D is split over a mesh axis.
+template <auto Spec>
+struct attention_sequence_or_head_size_split {
+  static_assert(always_false<attention_sequence_or_head_size_split>,
+                "gshard::nn::scaled_dot_product_attention: S (the sequence) and D (the head size) "
+                "must not be split; split B or N instead");
+};
 /// Optimizers and clipping (Op names which): a parameter or gradient is not a Sharded tensor.
 template <auto Op, class Type>
 struct needs_sharded_tensor {

@@ -434,14 +434,6 @@ constexpr Layout with_partials(Layout l, const DimLayout& from, const DimLayout&
   return l;
 }
 
-/// `l` also pending over the partial axes of `g` (a cotangent's) that it neither splits nor has.
-inline Layout with_pending(Layout l, const Layout& g) {
-  for (int i = 0; i < g.partial_count; ++i)
-    if (!l.is_partial(g.partial[i]) && l.dim_on_axis(g.partial[i]) < 0)
-      l.partial[l.partial_count++] = g.partial[i];
-  return l;
-}
-
 /// moe_experts with MoeOptions::dropless: one recorded op (moe_dropless.hpp) whose output is
 /// pending over E's axes that G does not use (each copy along them computed its experts' share).
 template <class X, class Wi, class Wo>
@@ -490,10 +482,10 @@ X moe_experts_dropless(const X& x, const MoeRouting<X>& r, const Wi& wi, const W
       [sv, g, s, m, h, e = r.experts, lx0 = out_layout, lw0 = weight_grad, lwi0 = wi_grad,
        lwo0 = wo_grad](const gshard::detail::RuntimeTensor<T>& ct) {
         const DroplessGrads<T> d = dropless_backward(*sv, ct.data);
-        const Layout lx = with_pending(lx0, ct.layout);
-        const Layout lw = with_pending(lw0, ct.layout);
-        const Layout lwi = with_pending(lwi0, ct.layout);
-        const Layout lwo = with_pending(lwo0, ct.layout);
+        const Layout lx = gshard::detail::with_pending(lx0, ct.layout);
+        const Layout lw = gshard::detail::with_pending(lw0, ct.layout);
+        const Layout lwi = gshard::detail::with_pending(lwi0, ct.layout);
+        const Layout lwo = gshard::detail::with_pending(lwo0, ct.layout);
         using RT = gshard::detail::RuntimeTensor<T>;
         using gshard::detail::AnyTensor;
         return gshard::detail::Cotangents{

@@ -33,6 +33,7 @@
 #include "../ops/shape.hpp"
 #include "../tensor/creation.hpp"
 #include "../tensor/sharded.hpp"
+#include "attention.hpp"
 #include "moe.hpp"
 
 namespace gshard::nn {
@@ -153,6 +154,18 @@ X causal_attention(const X& x, const Wq& wq, const Wk& wk, const Wv& wv, const W
   const auto scores = (einsum<"BSND,BTND->BNST">(q, k) * scale + mask).eval();
   const auto p = softmax<"T">(scores);
   return X(einsum<"BSND,NDM->BSM">(einsum<"BNST,BTND->BSND">(p, v), wo));
+}
+
+/// causal_attention with the causal mask built in, through the fused
+/// scaled_dot_product_attention (nn/attention.hpp): the same values as with causal_mask, without
+/// the "B N S T" einsums, the mask sum and the separate softmax.
+template <class X, class Wq, class Wk, class Wv, class Wo>
+X causal_attention(const X& x, const Wq& wq, const Wk& wk, const Wv& wv, const Wo& wo) {
+  const auto q = einsum<"BSM,MND->BSND">(x, wq).eval();
+  const auto k = einsum<"BSM,MND->BSND">(x, wk).eval().template as<"BTND">();
+  const auto v = einsum<"BSM,MND->BSND">(x, wv).eval().template as<"BTND">();
+  const auto o = scaled_dot_product_attention(q, k, v, {.causal = true});
+  return X(einsum<"BSND,NDM->BSM">(o, wo));
 }
 
 /// Sizes and options of the language model.
@@ -362,7 +375,7 @@ struct TransformerLM {
   // (`extern template struct TransformerLM<...>;`, examples/moe_lm/model.hpp).
 
   /// Block l's attention half, pre-LN: x + causal_attention(layer_norm(x)).
-  X attention_block(const X& x, std::int64_t l, const Mask& mask) const;
+  X attention_block(const X& x, std::int64_t l) const;
   /// Block l's dense feed-forward half (the i-th dense block): x + ffn(layer_norm(x)).
   X dense_block(const X& x, std::int64_t l, std::int64_t i) const;
   /// Block l's MoE half (the i-th MoE block): x + moe(layer_norm(x)); adds the router's losses
@@ -434,15 +447,14 @@ struct TransformerLM {
 };
 
 template <class T, class MeshT, bool Tied>
-auto TransformerLM<T, MeshT, Tied>::attention_block(const X& x, std::int64_t l,
-                                                    const Mask& mask) const -> X {
+auto TransformerLM<T, MeshT, Tied>::attention_block(const X& x, std::int64_t l) const -> X {
   using Ty = Types;
   const X h = block_norm(x, ln1_g, ln1_b, l);
   const typename Ty::Wqkv q = einsum<"LMND->MND">(slice<"L">(wq, l, l + 1));
   const typename Ty::Wqkv k = einsum<"LMND->MND">(slice<"L">(wk, l, l + 1));
   const typename Ty::Wqkv v = einsum<"LMND->MND">(slice<"L">(wv, l, l + 1));
   const typename Ty::Wout o = einsum<"LNDM->NDM">(slice<"L">(wo, l, l + 1));
-  return X(x + causal_attention(h, q, k, v, o, mask));
+  return X(x + causal_attention(h, q, k, v, o));
 }
 
 template <class T, class MeshT, bool Tied>
@@ -500,10 +512,9 @@ template <class T, class MeshT, bool Tied>
 auto TransformerLM<T, MeshT, Tied>::blocks(X x, std::uint64_t seed, std::optional<Scalar>* aux_sum,
                                            std::optional<Scalar>* z_sum,
                                            TransformerStats* stats) const -> X {
-  const Mask mask = causal_mask<Mask>(embed.mesh(), x.shape()[1]);
   std::int64_t dense_i = 0, moe_i = 0;
   for (std::int64_t l = 0; l < config.layers; ++l) {
-    x = attention_block(x, l, mask);
+    x = attention_block(x, l);
     x = l % 2 == 1 && config.experts > 0 ? moe_block(x, l, moe_i++, seed, aux_sum, z_sum, stats)
                                          : dense_block(x, l, dense_i++);
   }

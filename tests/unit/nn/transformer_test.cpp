@@ -106,6 +106,16 @@ void attention_case(const MeshT& mesh) {
   const auto want = naive_attention(x.to_global(), wq.to_global(), wk.to_global(), wv.to_global(),
                                     wo.to_global(), B, S, M, N, D);
   CHECK(max_abs(got, want) < 1e-12);
+  // The fused version (the mask built in): the same values and the same communication.
+  gs::comm_counters().reset();
+  const auto fused_out = gs::nn::causal_attention(x, wq, wk, wv, wo);
+  if constexpr (MeshT::axis_count == 2) {
+    CHECK(gs::comm_counters().total().calls == 0);
+  } else {
+    CHECK(gs::comm_counters().get("model", gs::Collective::all_reduce).calls == 1);
+    CHECK(gs::comm_counters().total().calls == 1);
+  }
+  CHECK(max_abs(fused_out.to_global(), want) < 1e-12);
 
   // Causal: changing the token at position 3 leaves positions 0..2 unchanged, not 3.
   auto xv = x.to_global();
