@@ -45,7 +45,9 @@ inline std::optional<int> parse_options(Options& options, int argc, char** argv,
       ->check(positive);
   app.add_option("--context", o.context, "tokens (bytes) per row")->check(positive);
   app.add_option("--batch", o.batch, "global rows per step")->check(positive);
-  app.add_option("--steps", o.steps, "training steps")->check(positive);
+  app.add_option("--steps", o.steps,
+                 "training steps (0: as many as fill --time-limit, fitted at the warmup's end)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--lr", o.lr, "peak learning rate")->check(positive);
   app.add_option("--warmup", o.warmup, "linear warmup steps")->check(CLI::NonNegativeNumber);
   app.add_option("--eval-every", o.eval_every, "steps between held-out evaluations")
@@ -67,6 +69,8 @@ inline std::optional<int> parse_options(Options& options, int argc, char** argv,
   try {
     app.parse(argc, argv);
     o.mesh_shape = parse_mesh(o.mesh);
+    if (o.steps == 0 && !(o.time_limit > 0))
+      throw CLI::ValidationError("--steps", "--steps 0 fits the steps to --time-limit, which is 0");
     if (o.d_model % o.heads != 0)
       throw CLI::ValidationError("--heads", "--d-model " + std::to_string(o.d_model) +
                                                 " must be a multiple of --heads " +

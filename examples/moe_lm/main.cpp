@@ -124,14 +124,24 @@ int run(int argc, char** argv, int rank, std::chrono::steady_clock::time_point s
   const std::string resume_from =
       o.checkpoint_dir.empty() ? std::string() : newest_checkpoint(o.checkpoint_dir, root);
   moe_lm::Evaluation last_eval;
+  // --steps 0: the count is fitted to the time limit at the warmup's end (at least 10 steps in,
+  // for a steady step time; the cosine's decay starts there), or taken from the checkpoint.
+  const std::int64_t fit_at = std::max<std::int64_t>(10, o.warmup);
+  std::int64_t total = o.steps;
+  double eval_s = 0;
   if (!resume_from.empty()) {
     const gshard::io::SafetensorsReader reader(mesh.comm(), resume_from);
     step = trainer.load(reader);
     records = moe_lm::parse_records(reader.metadata("moe_lm.records"));
     if (root) std::cout << "resumed from " << resume_from << " at step " << step << std::endl;
+    const double t0 = shared_elapsed(start);
     last_eval = trainer.evaluate(corpus, eval_rows);
+    eval_s = shared_elapsed(start) - t0;
+    if (total == 0 && step >= fit_at) total = trainer.total_steps();  // fitted before
   } else {
+    const double t0 = shared_elapsed(start);
     last_eval = evaluate(0);
+    eval_s = shared_elapsed(start) - t0;
     records.push_back({0, std::nan(""), std::nan(""), last_eval.loss});
   }
 
@@ -141,7 +151,9 @@ int run(int argc, char** argv, int rank, std::chrono::steady_clock::time_point s
   const double train_start = shared_elapsed(start);
   double last_print = train_start;
   bool stopped_by_time = false;
-  while (step < o.steps) {
+  double first_step_end = 0;  // this run's first step: its end and index
+  std::int64_t first_step = -1;
+  while (total == 0 || step < total) {
     gshard::CommCounters before = gshard::comm_counters();
     const bool traced = trace && trace->steps() < o.trace_steps;
     if (traced) trace->begin_step();
@@ -153,18 +165,28 @@ int run(int argc, char** argv, int rank, std::chrono::steady_clock::time_point s
     moe_lm::LossRecord r{step, s.loss, s.aux_loss, std::nan("")};
     const double now = shared_elapsed(start);
     const double trained = now - train_start;
+    if (first_step < 0) first_step = step, first_step_end = now;
+    if (total == 0 && step >= fit_at && step > first_step) {
+      const double step_s = (now - first_step_end) / static_cast<double>(step - first_step);
+      total = moe_lm::fit_steps(step, step_s, eval_s, o.eval_every, now, o.time_limit, o.warmup);
+      trainer.set_total_steps(total);
+      if (root)
+        std::cout << "steps: " << total << ", fitted to the time limit (" << o.time_limit
+                  << " s) at " << step_s << " s/step and " << eval_s << " s per evaluation"
+                  << std::endl;
+    }
     const bool out_of_time = o.time_limit > 0 && now >= o.time_limit;
-    const bool eval_now = step % o.eval_every == 0 || step == o.steps || out_of_time;
+    const bool eval_now = step % o.eval_every == 0 || step == total || out_of_time;
     if (root && (now - last_print >= 5 || step == 1 || eval_now)) {
       last_print = now;
       moe_lm::Progress p;
       p.step = step;
-      p.steps = o.steps;
+      p.steps = total > 0 ? total : step;
       p.loss = s.loss;
       p.aux_loss = s.aux_loss;
       p.dropped = s.dropped;
       p.tokens_per_s = static_cast<double>(tokens) / std::max(trained, 1e-9);
-      p.eta_s = moe_lm::estimate_eta(step, o.steps, trained,
+      p.eta_s = moe_lm::estimate_eta(step, total > 0 ? total : step, trained,
                                      o.time_limit > 0 ? o.time_limit - train_start : 0);
       std::cout << moe_lm::format_progress(p) << std::endl;
     }
@@ -183,7 +205,7 @@ int run(int argc, char** argv, int rank, std::chrono::steady_clock::time_point s
       }
     }
     if (out_of_time) {
-      stopped_by_time = step < o.steps;
+      stopped_by_time = total == 0 || step < total;
       break;
     }
   }

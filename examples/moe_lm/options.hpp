@@ -11,9 +11,9 @@
 namespace moe_lm {
 
 /// Defaults: the reference model (d_model 128, 4 blocks, 8 experts, context 128,
-/// batch 32) with AdamW-style settings that train a byte model of this size well; steps sized
-/// for about 9 minutes on 4 ranks / 2 cores, with --time-limit as the hard stop that keeps the
-/// README run inside 10 minutes whatever the machine's speed.
+/// batch 32) with AdamW-style settings that train a byte model of this size well; as many steps
+/// as fill --time-limit on this machine (the README run: 9 minutes of its 10; the cosine schedule
+/// is fitted to that count after the first steps), with the limit as the hard stop.
 struct Options {
   std::string mesh = "2x2";  // data x expert [x model]
   std::vector<int> mesh_shape = {2, 2};
@@ -27,8 +27,8 @@ struct Options {
   std::string balance = "aux";       // or "bias" (DeepSeek-V3) or "both"
   double bias_rate = 1e-3;           // the selection bias's step (balance bias or both)
   int context = 128;
-  int batch = 32;  // global rows per step, split over the data axis
-  int steps = 1000;
+  int batch = 32;    // global rows per step, split over the data axis
+  int steps = 0;     // 0: as many as fill --time-limit (fitted at the warmup's end)
   double lr = 2e-3;  // peak, after linear warmup
   int warmup = 50;
   int eval_every = 50;
@@ -80,7 +80,8 @@ inline std::string describe(const Options& o) {
     << (o.routing == "dropless" ? std::string("dropless")
                                 : "capacity factor " + std::to_string(o.capacity_factor))
     << ", balance " << o.balance << "\n"
-    << "context " << o.context << ", batch " << o.batch << ", " << o.steps << " steps, lr " << o.lr
+    << "context " << o.context << ", batch " << o.batch << ", "
+    << (o.steps > 0 ? std::to_string(o.steps) : std::string("time-fitted")) << " steps, lr " << o.lr
     << " (warmup " << o.warmup << "), eval every " << o.eval_every << " x " << o.eval_batches
     << " batches, time limit " << o.time_limit << " s, seed " << o.seed << ", out " << o.out
     << "\n";

@@ -5,6 +5,7 @@
 // trainer.cpp (set-up, checkpoints, plan) and trainer_run.cpp (step, evaluation, sampling).
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -72,6 +73,11 @@ class Trainer {
   /// step to continue from. The model's shapes and the seed must be the checkpoint's.
   std::int64_t load(const gshard::io::SafetensorsReader& r);
 
+  /// The total step count the cosine schedule decays over (--steps, or fitted to the time limit
+  /// with --steps 0: set before the warmup ends). Saved with checkpoints.
+  void set_total_steps(std::int64_t total);
+  [[nodiscard]] std::int64_t total_steps() const { return *total_steps_; }
+
   /// The partitioned plan: the mesh, each parameter's layout with its global and per-rank
   /// shapes, and the activations' layouts.
   std::string plan() const;
@@ -84,6 +90,7 @@ class Trainer {
   MeshT mesh_;
   Options options_;
   Model model_;
+  std::shared_ptr<std::int64_t> total_steps_;  // read by the schedule at every step
   gshard::nn::AdamW optimizer_;
 };
 

@@ -25,13 +25,27 @@ Trainer::Trainer(const MeshT& mesh, const Options& o)
     : mesh_(mesh),
       options_(o),
       model_(Model::init(mesh, model_config(o), o.seed)),
+      // --steps 0: no decay until the count is fitted (at the warmup's end, main.cpp).
+      total_steps_(std::make_shared<std::int64_t>(o.steps > 0 ? std::max(o.steps, o.warmup + 1)
+                                                              : std::int64_t{1} << 40)),
       optimizer_(gshard::nn::AdamWOptions{
-          .learning_rate = gshard::nn::cosine(o.lr, o.warmup, std::max(o.steps, o.warmup + 1), 0.1),
+          .learning_rate =
+              [total = total_steps_, peak = o.lr, warmup = std::int64_t{o.warmup}](std::int64_t t) {
+                return gshard::nn::cosine(peak, warmup, *total, 0.1)(t);
+              },
           .beta1 = 0.9,
           .beta2 = 0.98,
           .epsilon = 1e-9,
           .weight_decay = 0.01,
           .decoupled_weight_decay = true}) {}
+
+void Trainer::set_total_steps(std::int64_t total) {
+  if (total <= options_.warmup)
+    throw gshard::Error("moe_lm::Trainer", "total steps " + std::to_string(total) +
+                                               " must exceed the warmup's " +
+                                               std::to_string(options_.warmup));
+  *total_steps_ = total;
+}
 
 std::pair<Trainer::Tokens, Trainer::Tokens> Trainer::tensors(const Batch& b) const {
   const std::int64_t rows = b.batch, s = b.context;
@@ -65,6 +79,7 @@ void Trainer::save(const std::string& path, std::int64_t step,
   for (const auto& [k, v] : metadata) w.set_metadata(k, v);
   w.set_metadata("moe_lm.step", std::to_string(step));
   w.set_metadata("moe_lm.seed", std::to_string(options_.seed));
+  w.set_metadata("moe_lm.total_steps", std::to_string(*total_steps_));
   w.write(path);
 }
 
@@ -88,6 +103,8 @@ std::int64_t Trainer::load(const gshard::io::SafetensorsReader& r) {
     for (std::int64_t l = 0; l < layers; ++l)
       model_.selection_bias.emplace_back(all.begin() + l * e, all.begin() + (l + 1) * e);
   }
+  if (options_.steps == 0 && r.metadata().count("moe_lm.total_steps") != 0)
+    set_total_steps(std::stoll(r.metadata("moe_lm.total_steps")));
   const std::string& text = r.metadata("moe_lm.step");
   if (text.empty() || text.size() > 18 || text.find_first_not_of("0123456789") != std::string::npos)
     throw gshard::Error("moe_lm::load", "the checkpoint's step \"" + text + "\" is not a number");

@@ -31,7 +31,9 @@ template <class X>
 X make(const typename X::mesh_type& mesh, const gshard::Shape& shape, unsigned salt) {
   gshard::Shape::value_type n = 1;
   for (auto s : shape) n *= s;
-  return gshard::from_global<X>(mesh, shape, smooth_values(static_cast<std::size_t>(n), salt));
+  const std::vector<double> v = smooth_values(static_cast<std::size_t>(n), salt);
+  return gshard::from_global<X>(mesh, shape,
+                                std::vector<typename X::value_type>(v.begin(), v.end()));
 }
 
 // Central differences of loss_of(xs...) for every global element of every input, against

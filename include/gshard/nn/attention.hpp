@@ -7,10 +7,13 @@
 // Batch B and heads N may be split over any mesh axes (the work is local to each (b, n)); the
 // sequence S, T and the head size D must not be. Each block's scores are one strided GEMM that
 // reads the heads in place (no "B N S D" copy), the mask and softmax one pass per row, the
-// weighted sum another strided GEMM writing straight into "B S N D". The probabilities are kept
-// for the backward pass (B N S T elements per call), which is four more strided GEMMs and one
-// row pass. The composed einsum / softmax / einsum version computes the same; this one saves the
-// permutes, the materialised mask sum and the separate reductions (docs/performance.md).
+// weighted sum another strided GEMM writing straight into "B S N D". Causal attention runs in
+// query blocks of 32 that read only the keys up to their block's end: the blocks above the
+// diagonal are neither multiplied nor exponentiated (about half of them). The probabilities are
+// kept for the backward pass (B N S T elements per call), which is four more strided GEMMs and
+// one row pass. The composed einsum / softmax / einsum version computes the same; this one saves
+// the permutes, the materialised mask sum and the separate reductions (docs/performance.md).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -56,6 +59,25 @@ void per_head_gemm(const AttentionSaved<T>& sv, const T* a, bool ta, std::int64_
     gshard::detail::gemm_strided(a + i * ab, ta, b + i * bb, tb, c + i * cb, shape, st);
 }
 
+/// The query blocks [s0, s0 + m) of one call, each with the keys its rows read (causal: up to the
+/// block's end, so the GEMMs skip the blocks above the diagonal), and the key blocks [t0, t0 + m)
+/// with the first query that sees them (causal: t0).
+template <class F>
+void query_blocks(std::int64_t s, std::int64_t t, bool causal, F&& f) {
+  const std::int64_t blk = causal ? gshard::detail::attention_block : s;
+  for (std::int64_t s0 = 0; s0 < s; s0 += blk)
+    f(s0, std::min(blk, s - s0), gshard::detail::attention_width(s0, t, causal));
+}
+
+template <class F>
+void key_blocks(std::int64_t s, std::int64_t t, bool causal, F&& f) {
+  const std::int64_t blk = causal ? gshard::detail::attention_block : t;
+  for (std::int64_t t0 = 0; t0 < t; t0 += blk) {
+    const std::int64_t first = causal ? t0 : 0;
+    if (first < s) f(t0, std::min(blk, t - t0), first);
+  }
+}
+
 template <class T>
 Kokkos::View<T*> attention_forward(AttentionSaved<T>& sv) {
   const std::int64_t S = sv.s, Tn = sv.t, N = sv.n, D = sv.d;
@@ -65,13 +87,18 @@ Kokkos::View<T*> attention_forward(AttentionSaved<T>& sv) {
       rows * Tn);
   Kokkos::View<T*> out(Kokkos::view_alloc("gshard::attention", Kokkos::WithoutInitializing),
                        sv.b * S * N * D);
+  T* p = sv.p.data();
   // scores_bn [S][T] = scale q_bn k_bn^T; q_bn rows are N D apart in "B S N D".
-  per_head_gemm(sv, sv.q.data(), false, S * N * D, D, N * D, sv.k.data(), true, Tn * N * D, D,
-                N * D, sv.p.data(), N * S * Tn, S * Tn, Tn, S, Tn, D, sv.scale);
+  query_blocks(S, Tn, sv.causal, [&](std::int64_t s0, std::int64_t m, std::int64_t w) {
+    per_head_gemm(sv, sv.q.data() + s0 * N * D, false, S * N * D, D, N * D, sv.k.data(), true,
+                  Tn * N * D, D, N * D, p + s0 * Tn, N * S * Tn, S * Tn, Tn, m, w, D, sv.scale);
+  });
   gshard::detail::attention_softmax_rows(sv.p, rows, S, Tn, sv.causal);
   // out_bn [S][D] = p_bn v_bn, written in place into "B S N D".
-  per_head_gemm(sv, sv.p.data(), false, N * S * Tn, S * Tn, Tn, sv.v.data(), false, Tn * N * D, D,
-                N * D, out.data(), S * N * D, D, N * D, S, D, Tn, static_cast<T>(1));
+  query_blocks(S, Tn, sv.causal, [&](std::int64_t s0, std::int64_t m, std::int64_t w) {
+    per_head_gemm(sv, p + s0 * Tn, false, N * S * Tn, S * Tn, Tn, sv.v.data(), false, Tn * N * D, D,
+                  N * D, out.data() + s0 * N * D, S * N * D, D, N * D, m, D, w, static_cast<T>(1));
+  });
   return out;
 }
 
@@ -90,20 +117,35 @@ AttentionGrads<T> attention_backward(const AttentionSaved<T>& sv, const Kokkos::
   AttentionGrads<T> r{fresh("gshard::attention dq", sv.b * S * N * D),
                       fresh("gshard::attention dk", sv.b * Tn * N * D),
                       fresh("gshard::attention dv", sv.b * Tn * N * D)};
+  if (sv.causal && Tn > S) {  // keys no query sees
+    Kokkos::deep_copy(r.k, T{});
+    Kokkos::deep_copy(r.v, T{});
+  }
   const Kokkos::View<T*> ds = fresh("gshard::attention dscores", rows * Tn);
   const T one = 1;
-  // dv_bn [T][D] = p_bn^T g_bn.
-  per_head_gemm(sv, sv.p.data(), true, N * S * Tn, S * Tn, Tn, g.data(), false, S * N * D, D, N * D,
-                r.v.data(), Tn * N * D, D, N * D, Tn, D, S, one);
+  const T* p = sv.p.data();
+  // dv_bn [T][D] = p_bn^T g_bn, over the queries that see each key block.
+  key_blocks(S, Tn, sv.causal, [&](std::int64_t t0, std::int64_t m, std::int64_t first) {
+    per_head_gemm(sv, p + first * Tn + t0, true, N * S * Tn, S * Tn, Tn, g.data() + first * N * D,
+                  false, S * N * D, D, N * D, r.v.data() + t0 * N * D, Tn * N * D, D, N * D, m, D,
+                  S - first, one);
+  });
   // dp_bn [S][T] = g_bn v_bn^T, then the softmax's backward in place (with the scale).
-  per_head_gemm(sv, g.data(), false, S * N * D, D, N * D, sv.v.data(), true, Tn * N * D, D, N * D,
-                ds.data(), N * S * Tn, S * Tn, Tn, S, Tn, D, one);
-  gshard::detail::attention_softmax_grad_rows(ds, sv.p, rows, Tn, sv.scale);
+  query_blocks(S, Tn, sv.causal, [&](std::int64_t s0, std::int64_t m, std::int64_t w) {
+    per_head_gemm(sv, g.data() + s0 * N * D, false, S * N * D, D, N * D, sv.v.data(), true,
+                  Tn * N * D, D, N * D, ds.data() + s0 * Tn, N * S * Tn, S * Tn, Tn, m, w, D, one);
+  });
+  gshard::detail::attention_softmax_grad_rows(ds, sv.p, rows, S, Tn, sv.causal, sv.scale);
   // dq_bn [S][D] = ds_bn k_bn; dk_bn [T][D] = ds_bn^T q_bn.
-  per_head_gemm(sv, ds.data(), false, N * S * Tn, S * Tn, Tn, sv.k.data(), false, Tn * N * D, D,
-                N * D, r.q.data(), S * N * D, D, N * D, S, D, Tn, one);
-  per_head_gemm(sv, ds.data(), true, N * S * Tn, S * Tn, Tn, sv.q.data(), false, S * N * D, D,
-                N * D, r.k.data(), Tn * N * D, D, N * D, Tn, D, S, one);
+  query_blocks(S, Tn, sv.causal, [&](std::int64_t s0, std::int64_t m, std::int64_t w) {
+    per_head_gemm(sv, ds.data() + s0 * Tn, false, N * S * Tn, S * Tn, Tn, sv.k.data(), false,
+                  Tn * N * D, D, N * D, r.q.data() + s0 * N * D, S * N * D, D, N * D, m, D, w, one);
+  });
+  key_blocks(S, Tn, sv.causal, [&](std::int64_t t0, std::int64_t m, std::int64_t first) {
+    per_head_gemm(sv, ds.data() + first * Tn + t0, true, N * S * Tn, S * Tn, Tn,
+                  sv.q.data() + first * N * D, false, S * N * D, D, N * D, r.k.data() + t0 * N * D,
+                  Tn * N * D, D, N * D, m, D, S - first, one);
+  });
   return r;
 }
 

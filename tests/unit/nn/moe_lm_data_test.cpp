@@ -437,6 +437,8 @@ TEST_CASE("moe_lm cli: defaults, options, --help and mistakes") {
   CHECK(o.experts == 8);
   CHECK(o.context == 128);
   CHECK(o.batch == 32);
+  CHECK(o.steps == 0);  // fitted to the time limit
+  CHECK(o.time_limit > 0);
   moe_lm::Options p;
   CHECK(!parse({"--mesh",
                 "4x2x1",
@@ -475,14 +477,16 @@ TEST_CASE("moe_lm cli: defaults, options, --help and mistakes") {
   CHECK(p.eval_every == 5);
   moe_lm::Options q;
   CHECK(parse({"--help"}, q) == std::optional<int>(0));
-  for (const auto& bad : std::vector<std::vector<std::string>>{{"--mesh", "4"},
-                                                               {"--mesh", "2x0"},
-                                                               {"--mesh", "2x2x2x2"},
-                                                               {"--mesh", "2xx2"},
-                                                               {"--steps", "0"},
-                                                               {"--heads", "3"},
-                                                               {"--no-such-option"},
-                                                               {"--lr", "fast"}}) {
+  for (const auto& bad :
+       std::vector<std::vector<std::string>>{{"--mesh", "4"},
+                                             {"--mesh", "2x0"},
+                                             {"--mesh", "2x2x2x2"},
+                                             {"--mesh", "2xx2"},
+                                             {"--steps", "-1"},
+                                             {"--steps", "0", "--time-limit", "0"},
+                                             {"--heads", "3"},
+                                             {"--no-such-option"},
+                                             {"--lr", "fast"}}) {
     moe_lm::Options r;
     CAPTURE(bad[0]);
     const auto code = parse(bad, r);
@@ -499,6 +503,11 @@ TEST_CASE("moe_lm report: formatters and the expert-load matrix") {
   CHECK(moe_lm::format_duration(42.4) == "42s");
   CHECK(moe_lm::estimate_eta(100, 600, 50.0) == doctest::Approx(250.0));
   CHECK(moe_lm::estimate_eta(100, 600, 50.0, 200.0) == doctest::Approx(150.0));
+  // --steps 0: 0.98 * 560 - 20 s so far - one step and one evaluation in hand = 524.3 s, at
+  // 0.5 s per step plus a 4 s evaluation every 50 steps (0.58 s) = 903 more steps.
+  CHECK(moe_lm::fit_steps(10, 0.5, 4.0, 50, 20.0, 560.0, 50) == 913);
+  CHECK(moe_lm::fit_steps(10, 100.0, 0.0, 50, 500.0, 560.0, 50) == 51);  // past the limit
+  CHECK(moe_lm::fit_steps(60, 100.0, 0.0, 50, 500.0, 560.0, 50) == 61);
   CHECK(moe_lm::format_held_out(50, 3.25, {"en", "de"}, {3.0, 3.5}) ==
         "held-out  step 50  loss 3.2500 nats/byte  (en 3.00 de 3.50)");
   CHECK(moe_lm::printable("a\x01\xff\xc3\xa9\n") == "a\xC2\xB7\xEF\xBF\xBD\xC3\xA9\n");
