@@ -18,7 +18,9 @@ the same shapes and FLOPs per step:
   init N(0, 1/fan_in) for weights, N(0, 0.02^2) for the embedding and positions
   AdamW over every parameter (LayerNorm and embeddings included, as gshard): betas (0.9, 0.98),
   eps 1e-9, weight decay 0.01 (decoupled); lr 2e-3 after 50 linear warm-up steps, then a cosine to
-  0.1 x peak at --schedule-steps (the main job's --steps, 1000); gradients clipped to global norm 1
+  0.1 x peak at --schedule-steps; gradients clipped to global norm 1. With --train-seconds and
+  --schedule-steps 0 (the default, as the main job's --steps 0) the cosine's length is fitted at
+  the warm-up's end to the steps that fill the training time
 
 What a PyTorch user picks that gshard spells differently (same FLOPs): one fused QKV nn.Linear
 instead of three "M N D" einsums; F.scaled_dot_product_attention(is_causal=True) for the causal
@@ -373,10 +375,13 @@ def main():
     ap.add_argument("--experts", type=int, default=8)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--warmup-lr", type=int, default=50, help="learning-rate warm-up steps")
-    ap.add_argument("--schedule-steps", type=int, default=1000, help="the cosine's length")
+    ap.add_argument("--schedule-steps", type=int, default=0,
+                    help="the cosine's length (0: fitted to --train-seconds, else 1000)")
     ap.add_argument("--eval-rows", type=int, default=16, help="held-out windows per language")
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
+    if a.schedule_steps == 0 and not a.train_seconds > 0:
+        a.schedule_steps = 1000
 
     torch.set_num_threads(a.threads)
     system = "torch_compile" if a.compile else "torch_eager"
@@ -405,11 +410,18 @@ def main():
             before = t.held_out(corpus, a.eval_rows)
             print(f"held-out loss at step 0: {before:.4f}", flush=True)
             trained, last_print, step = 0.0, 0.0, 0
+            fit_at, first_dt = max(10, a.warmup_lr), 0.0
             while trained < a.train_seconds:
                 t0 = time.perf_counter()
                 ce, aux, _ = t.step(*batch(step))
                 dt = time.perf_counter() - t0
                 trained += dt
+                first_dt = first_dt or dt
+                if a.schedule_steps == 0 and step + 1 == fit_at:  # as the main job's --steps 0
+                    step_s = (trained - first_dt) / (fit_at - 1)
+                    a.schedule_steps = fit_at + int((a.train_seconds - trained) / step_s)
+                    print(f"schedule: {a.schedule_steps} steps, fitted at {step_s:.3f} s/step",
+                          flush=True)
                 if step >= a.warmup:  # the first steps compile (--compile): not in the median
                     times.append(dt)
                 step += 1

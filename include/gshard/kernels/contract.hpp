@@ -222,26 +222,6 @@ void gemm_eigen(const T* a, bool trans_a, const T* b, bool trans_b, T* c, const 
 
 #endif
 
-#if defined(GSHARD_HAVE_CBLAS)
-/// Row-major CBLAS, one call per batch (OpenBLAS 0.3.21 has no batched GEMM).
-template <class T>
-void gemm_cblas(const T* a, bool trans_a, const T* b, bool trans_b, T* c, const GemmShape& s) {
-  const int m = static_cast<int>(s.m), n = static_cast<int>(s.n), k = static_cast<int>(s.k);
-  const auto op_a = trans_a ? CblasTrans : CblasNoTrans;
-  const auto op_b = trans_b ? CblasTrans : CblasNoTrans;
-  const int lda = trans_a ? m : k, ldb = trans_b ? k : n;
-  for (std::int64_t i = 0; i < s.batch; ++i) {
-    const T* ai = a + i * s.m * s.k;
-    const T* bi = b + i * s.k * s.n;
-    T* ci = c + i * s.m * s.n;
-    if constexpr (std::is_same_v<T, float>)
-      cblas_sgemm(CblasRowMajor, op_a, op_b, m, n, k, 1.0f, ai, lda, bi, ldb, 0.0f, ci, n);
-    else
-      cblas_dgemm(CblasRowMajor, op_a, op_b, m, n, k, 1.0, ai, lda, bi, ldb, 0.0, ci, n);
-  }
-}
-#endif
-
 /// The vendor library that runs an execution space's GEMMs.
 enum class GemmVendor { cblas, eigen, cublas, hipblas, kokkos };
 
@@ -294,30 +274,6 @@ inline cublasHandle_t cublas_handle() {
   }();
   return handle;
 }
-
-/// cuBLAS is column-major, where a row-major [m][n] C reads as C^T = op(B)^T op(A)^T: pass B
-/// first; a row-major operand read column-major is already transposed, so the flags carry over.
-template <class T>
-void gemm_cublas(const T* a, bool trans_a, const T* b, bool trans_b, T* c, const GemmShape& s) {
-  const cublasHandle_t h = cublas_handle();
-  // On the default instance's stream: ordered with the Kokkos kernels around it, no fence.
-  cublasSetStream(h, Kokkos::DefaultExecutionSpace().cuda_stream());
-  const int m = static_cast<int>(s.m), n = static_cast<int>(s.n), k = static_cast<int>(s.k);
-  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const T one = 1, zero = 0;
-  cublasStatus_t st;
-  if constexpr (std::is_same_v<T, float>)
-    st = cublasSgemmStridedBatched(h, op_b, op_a, n, m, k, &one, b, trans_b ? k : n, s.k * s.n, a,
-                                   trans_a ? m : k, s.m * s.k, &zero, c, n, s.m * s.n,
-                                   static_cast<int>(s.batch));
-  else
-    st = cublasDgemmStridedBatched(h, op_b, op_a, n, m, k, &one, b, trans_b ? k : n, s.k * s.n, a,
-                                   trans_a ? m : k, s.m * s.k, &zero, c, n, s.m * s.n,
-                                   static_cast<int>(s.batch));
-  if (st != CUBLAS_STATUS_SUCCESS)
-    throw Error("einsum", "cuBLAS GEMM failed with status " + std::to_string(static_cast<int>(st)));
-}
 #endif
 
 #if defined(KOKKOS_ENABLE_HIP) && defined(GSHARD_HAVE_HIPBLAS)
@@ -329,79 +285,7 @@ inline hipblasHandle_t hipblas_handle() {
   }();
   return handle;
 }
-
-/// As gemm_cublas: hipBLAS takes the same column-major arguments.
-template <class T>
-void gemm_hipblas(const T* a, bool trans_a, const T* b, bool trans_b, T* c, const GemmShape& s) {
-  const hipblasHandle_t h = hipblas_handle();
-  hipblasSetStream(h, Kokkos::DefaultExecutionSpace().hip_stream());
-  const int m = static_cast<int>(s.m), n = static_cast<int>(s.n), k = static_cast<int>(s.k);
-  const hipblasOperation_t op_a = trans_a ? HIPBLAS_OP_T : HIPBLAS_OP_N;
-  const hipblasOperation_t op_b = trans_b ? HIPBLAS_OP_T : HIPBLAS_OP_N;
-  const T one = 1, zero = 0;
-  hipblasStatus_t st;
-  if constexpr (std::is_same_v<T, float>)
-    st = hipblasSgemmStridedBatched(h, op_b, op_a, n, m, k, &one, b, trans_b ? k : n, s.k * s.n, a,
-                                    trans_a ? m : k, s.m * s.k, &zero, c, n, s.m * s.n,
-                                    static_cast<int>(s.batch));
-  else
-    st = hipblasDgemmStridedBatched(h, op_b, op_a, n, m, k, &one, b, trans_b ? k : n, s.k * s.n, a,
-                                    trans_a ? m : k, s.m * s.k, &zero, c, n, s.m * s.n,
-                                    static_cast<int>(s.batch));
-  if (st != HIPBLAS_STATUS_SUCCESS)
-    throw Error("einsum",
-                "hipBLAS GEMM failed with status " + std::to_string(static_cast<int>(st)));
-}
 #endif
-
-/// The portable GEMM: one thread per output element (devices without a vendor library).
-template <class T>
-void gemm_kokkos(const T* a, bool trans_a, const T* b, bool trans_b, T* c, const GemmShape& s) {
-  Kokkos::parallel_for(
-      "gshard::einsum::gemm", Kokkos::RangePolicy<>(0, s.batch * s.m * s.n),
-      KOKKOS_LAMBDA(std::int64_t idx) {
-        const std::int64_t j = idx % s.n;
-        const std::int64_t i = (idx / s.n) % s.m;
-        const std::int64_t bb = idx / (s.n * s.m);
-        const T* ab = a + bb * s.m * s.k;
-        const T* bbp = b + bb * s.k * s.n;
-        T acc{};
-        for (std::int64_t k = 0; k < s.k; ++k)
-          acc += (trans_a ? ab[k * s.m + i] : ab[i * s.k + k]) *
-                 (trans_b ? bbp[j * s.k + k] : bbp[k * s.n + j]);
-        c[idx] = acc;
-      });
-}
-
-/// C[b] = op(A[b]) * op(B[b]) for every batch b; op transposes when the flag says the operand is
-/// stored [k][m] (A) or [n][k] (B). Row-major throughout.
-template <class T>
-void gemm_batched(const T* a, bool trans_a, const T* b, bool trans_b, T* c, const GemmShape& s) {
-  if (s.batch == 0 || s.m == 0 || s.n == 0) return;
-  flop_counters().add_contraction(2 * s.batch * s.m * s.n * s.k);
-  constexpr GemmVendor vendor = gemm_vendor<Kokkos::DefaultExecutionSpace, T>();
-  if constexpr (vendor == GemmVendor::cblas || vendor == GemmVendor::eigen) {
-#if defined(GSHARD_HAVE_CBLAS)
-    if constexpr (vendor == GemmVendor::cblas)
-      if (blas_fits(s)) return gemm_cblas(a, trans_a, b, trans_b, c, s);
-#endif
-#if defined(GSHARD_HOST_GEMM_EIGEN)
-    gemm_eigen(a, trans_a, b, trans_b, c, s);
-#else
-    gemm_kokkos(a, trans_a, b, trans_b, c, s);
-#endif
-  } else {
-#if defined(KOKKOS_ENABLE_CUDA) && defined(GSHARD_HAVE_CUBLAS)
-    if constexpr (vendor == GemmVendor::cublas)
-      if (blas_fits(s)) return gemm_cublas(a, trans_a, b, trans_b, c, s);
-#endif
-#if defined(KOKKOS_ENABLE_HIP) && defined(GSHARD_HAVE_HIPBLAS)
-    if constexpr (vendor == GemmVendor::hipblas)
-      if (blas_fits(s)) return gemm_hipblas(a, trans_a, b, trans_b, c, s);
-#endif
-    gemm_kokkos(a, trans_a, b, trans_b, c, s);
-  }
-}
 
 /// Leading dimensions, batch strides and scalars of gemm_strided: C[i] = alpha op(A[i]) op(B[i])
 /// + beta C[i], where X[i] starts at x + i * stride_x and its rows are ld_x elements apart.
@@ -523,6 +407,25 @@ void gemm_strided(const T* a, bool trans_a, const T* b, bool trans_b, T* c, cons
   }
 #endif
   gemm_strided_kokkos(a, trans_a, b, trans_b, c, s, st);
+}
+
+/// C[b] = op(A[b]) * op(B[b]) for every batch b of contiguous row-major blocks; op transposes when
+/// the flag says the operand is stored [k][m] (A) or [n][k] (B). Eigen when the host is built for
+/// it, else gemm_strided (the vendor library, or the portable kernel).
+template <class T>
+void gemm_batched(const T* a, bool trans_a, const T* b, bool trans_b, T* c, const GemmShape& s) {
+  constexpr GemmVendor vendor = gemm_vendor<Kokkos::DefaultExecutionSpace, T>();
+#if defined(GSHARD_HOST_GEMM_EIGEN)
+  if constexpr (vendor == GemmVendor::eigen) {
+    if (s.batch == 0 || s.m == 0 || s.n == 0) return;
+    flop_counters().add_contraction(2 * s.batch * s.m * s.n * s.k);
+    return gemm_eigen(a, trans_a, b, trans_b, c, s);
+  }
+#endif
+  (void)vendor;
+  gemm_strided(a, trans_a, b, trans_b, c, s,
+               GemmStrides{trans_a ? s.m : s.k, trans_b ? s.k : s.n, s.n, s.m * s.k, s.k * s.n,
+                           s.m * s.n, 1.0, 0.0});
 }
 
 inline std::string only_in(const std::string& from, const std::string& in_a,

@@ -5,6 +5,7 @@
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../comm/collectives.hpp"
 #include "../core/layout.hpp"
@@ -51,16 +52,32 @@ bool counts_once(const Layout& l, const MeshT& mesh) {
   return true;
 }
 
-/// Sum of squares of a local block, accumulated in double.
+/// Sum of squares of a local block, accumulated in double. On the host each iteration takes 256
+/// elements into 8 partial sums, so the loop vectorises (a single double accumulator chains
+/// every add: 4 cycles per element); on devices one element per thread keeps the reads coalesced.
 template <class T>
 double local_sum_of_squares(const Kokkos::View<T*>& v) {
+  constexpr std::int64_t chunk =
+      std::is_same_v<Kokkos::DefaultExecutionSpace, Kokkos::DefaultHostExecutionSpace> ? 256 : 1;
+  const auto n = static_cast<std::int64_t>(v.extent(0));
   double s = 0;
   Kokkos::parallel_reduce(
-      "gshard::nn::sum_of_squares",
-      Kokkos::RangePolicy<>(0, static_cast<std::int64_t>(v.extent(0))),
-      KOKKOS_LAMBDA(const std::int64_t i, double& acc) {
-        const double x = static_cast<double>(v(i));
-        acc += x * x;
+      "gshard::nn::sum_of_squares", Kokkos::RangePolicy<>(0, (n + chunk - 1) / chunk),
+      KOKKOS_LAMBDA(const std::int64_t c, double& acc) {
+        const std::int64_t lo = c * chunk, hi = lo + chunk < n ? lo + chunk : n;
+        double part[8] = {};
+        std::int64_t i = lo;
+        for (; i + 8 <= hi; i += 8)
+          for (int j = 0; j < 8; ++j) {
+            const double x = static_cast<double>(v(i + j));
+            part[j] += x * x;
+          }
+        for (; i < hi; ++i) {
+          const double x = static_cast<double>(v(i));
+          part[0] += x * x;
+        }
+        acc += ((part[0] + part[1]) + (part[2] + part[3])) +
+               ((part[4] + part[5]) + (part[6] + part[7]));
       },
       s);
   return s;
