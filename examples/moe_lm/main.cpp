@@ -125,7 +125,8 @@ int run(int argc, char** argv, int rank, std::chrono::steady_clock::time_point s
       o.checkpoint_dir.empty() ? std::string() : newest_checkpoint(o.checkpoint_dir, root);
   moe_lm::Evaluation last_eval;
   // --steps 0: the count is fitted to the time limit at the warmup's end (at least 10 steps in,
-  // for a steady step time; the cosine's decay starts there), or taken from the checkpoint.
+  // for a steady step time; the cosine's decay starts there) or taken from the checkpoint, then
+  // refitted at each evaluation.
   const std::int64_t fit_at = std::max<std::int64_t>(10, o.warmup);
   std::int64_t total = o.steps;
   double eval_s = 0;
@@ -166,11 +167,15 @@ int run(int argc, char** argv, int rank, std::chrono::steady_clock::time_point s
     const double now = shared_elapsed(start);
     const double trained = now - train_start;
     if (first_step < 0) first_step = step, first_step_end = now;
-    if (total == 0 && step >= fit_at && step > first_step) {
+    // Fitted at the warmup's end, refitted at each evaluation: a shared machine's step time
+    // drifts by several percent over minutes.
+    if (o.steps == 0 && step >= fit_at && step > first_step &&
+        (total == 0 || step % o.eval_every == 0)) {
+      const bool first_fit = total == 0;
       const double step_s = (now - first_step_end) / static_cast<double>(step - first_step);
       total = moe_lm::fit_steps(step, step_s, eval_s, o.eval_every, now, o.time_limit, o.warmup);
       trainer.set_total_steps(total);
-      if (root)
+      if (root && first_fit)
         std::cout << "steps: " << total << ", fitted to the time limit (" << o.time_limit
                   << " s) at " << step_s << " s/step and " << eval_s << " s per evaluation"
                   << std::endl;
