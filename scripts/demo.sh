@@ -8,5 +8,6 @@ bash scripts/install-deps.sh demo
 source scripts/mpi-env.sh
 cmake --preset release >/dev/null
 cmake --build --preset release -j "$(nproc)" --target moe_lm
-# moe_lm's defaults are the README run: --mesh 2x2 --out moe_lm_out, 1000 steps, --time-limit 560.
+# moe_lm's defaults are the README run: --mesh 2x2 --out moe_lm_out, --time-limit 560 and the
+# step count fitted to it (--steps 0).
 mpirun --oversubscribe --bind-to none --timeout 660 -n 4 build/release/examples/moe_lm/moe_lm "$@"
