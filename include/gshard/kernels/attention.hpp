@@ -40,17 +40,18 @@ KOKKOS_INLINE_FUNCTION float exp_nonpositive(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  // t's low mantissa bits hold n; 2^n as a float is (n + 127) << 23.
-  std::int32_t bits;
+  // t's low mantissa bits hold n; 2^n as a float is (n + 127) << 23. Unsigned: a NaN input's
+  // bits wrap (its result stays NaN through p) instead of overflowing.
+  std::uint32_t bits;
 #if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-  bits = __float_as_int(t);
+  bits = __float_as_uint(t);
 #else
   std::memcpy(&bits, &t, sizeof bits);
 #endif
-  const std::int32_t e = (bits - 0x4B400000 + 127) * (1 << 23);
+  const std::uint32_t e = (bits - 0x4B400000u + 127u) << 23;
   float scale;
 #if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-  scale = __int_as_float(e);
+  scale = __uint_as_float(e);
 #else
   std::memcpy(&scale, &e, sizeof scale);
 #endif
