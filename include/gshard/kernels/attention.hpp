@@ -17,6 +17,12 @@ namespace gshard::detail {
 /// Queries per block of causal attention: the GEMMs skip the key blocks above the diagonal.
 inline constexpr std::int64_t attention_block = 32;
 
+/// The keys row s sees: t <= s (causal), else all t_len.
+KOKKOS_INLINE_FUNCTION std::int64_t attention_visible(std::int64_t s, std::int64_t t_len,
+                                                      bool causal) {
+  return causal && s + 1 < t_len ? s + 1 : t_len;
+}
+
 /// The keys row s reads and writes: its query block's end (causal), else all t_len.
 KOKKOS_INLINE_FUNCTION std::int64_t attention_width(std::int64_t s, std::int64_t t_len,
                                                     bool causal) {
@@ -121,7 +127,7 @@ void attention_softmax_rows(const Kokkos::View<T*>& scores, std::int64_t rows, s
       KOKKOS_LAMBDA(const std::int64_t r) {
         T* p = scores.data() + r * t_len;
         const std::int64_t s = r % s_len;
-        const std::int64_t visible = causal ? (s + 1 < t_len ? s + 1 : t_len) : t_len;
+        const std::int64_t visible = attention_visible(s, t_len, causal);
         const std::int64_t width = attention_width(s, t_len, causal);
         const T top = row_max(p, visible);
         exp_shifted(p, visible, top);
@@ -144,7 +150,7 @@ void attention_softmax_grad_rows(const Kokkos::View<T*>& dp, const Kokkos::View<
         T* g = dp.data() + r * t_len;
         const T* pr = p.data() + r * t_len;
         const std::int64_t s = r % s_len;
-        const std::int64_t visible = causal ? (s + 1 < t_len ? s + 1 : t_len) : t_len;
+        const std::int64_t visible = attention_visible(s, t_len, causal);
         const std::int64_t width = attention_width(s, t_len, causal);
         const T dot = row_dot(g, pr, visible);
         for (std::int64_t t = 0; t < visible; ++t) g[t] = pr[t] * (g[t] - dot) * scale;

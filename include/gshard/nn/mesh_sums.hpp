@@ -5,10 +5,10 @@
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "../comm/collectives.hpp"
 #include "../core/layout.hpp"
+#include "../kernels/contract.hpp"
 #include "../spmd/plan.hpp"
 #include "../spmd/reshard.hpp"
 #include "../tensor/sharded.hpp"
@@ -57,8 +57,7 @@ bool counts_once(const Layout& l, const MeshT& mesh) {
 /// every add: 4 cycles per element); on devices one element per thread keeps the reads coalesced.
 template <class T>
 double local_sum_of_squares(const Kokkos::View<T*>& v) {
-  constexpr std::int64_t chunk =
-      std::is_same_v<Kokkos::DefaultExecutionSpace, Kokkos::DefaultHostExecutionSpace> ? 256 : 1;
+  constexpr std::int64_t chunk = gshard::detail::host_execution ? 256 : 1;
   const auto n = static_cast<std::int64_t>(v.extent(0));
   double s = 0;
   Kokkos::parallel_reduce(
