@@ -37,11 +37,13 @@ train batch of that step, the default; random: uniform random bytes), zero_grad,
 backward, clip and the AdamW step; the median over --steps after --warmup.
 --train-seconds S trains on the main job's corpus (examples/moe_lm/corpus.hpp, rebuilt here byte
 for byte from Debian's fortune files: the same balanced streams, train batches and held-out
-windows) for S seconds of training time (evaluation and set-up not counted) and reports the
-held-out loss as the main job does: mean over the 8 languages of 16 fixed windows each.
+windows) for S seconds of training time (evaluation and set-up not counted), --train-steps N
+for N steps (the schedule's length, as the main job's --steps N), and reports the held-out loss
+as the main job does: mean over the 8 languages of 16 fixed windows each.
 
 Usage: moe_lm_peer.py --steps 20 --warmup 3 --threads 1 [--compile] [--csv PATH]
        moe_lm_peer.py --train-seconds 540 --threads 2 [--csv PATH]
+       moe_lm_peer.py --train-steps 600 --threads 1 --seed 2
 """
 import argparse
 import csv
@@ -52,6 +54,7 @@ import statistics
 import sys
 import time
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -310,6 +313,110 @@ class MoeLM(nn.Module):
         return ce + self.aux_weight * aux, ce, aux
 
 
+# --- gshard's parameters and random numbers, for --init gshard and moe_lm_check_step.py ---
+
+NAMES = ["embed", "pos", "ln1_g", "ln1_b", "wq", "wk", "wv", "wo", "ln2_g", "ln2_b", "ffn_wi",
+         "ffn_wo", "moe_wg", "moe_wi", "moe_wo", "lnf_g", "lnf_b"]  # TransformerLM::param_names
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+# gshard's random numbers (tensor/random.hpp, nn/transformer.hpp), in wrapping uint64 arithmetic.
+def _mix(z):  # splitmix64's finaliser on numpy uint64 (wrapping)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def uniforms(seed, n, stream=0, as_float=True):
+    """random_unit's values for elements 0..n-1 under seed and stream (random_uniform's, as
+    float, for stream 0)."""
+    with np.errstate(over="ignore"):
+        key = np.uint64(seed) ^ (np.uint64(stream) * np.uint64(0xD1B54A32D192ED03))
+        base = _mix(key + GOLDEN)
+        bits = _mix(base + np.arange(n, dtype=np.uint64) + GOLDEN)
+    u = (bits >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+    return u.astype(np.float32) if as_float else u
+
+
+def parameter_seed(seed, i):
+    """nn::detail::parameter_seed."""
+    with np.errstate(over="ignore"):
+        return int(_mix(np.uint64(seed) + GOLDEN * np.uint64(i + 1)))
+
+
+def routing_seed(step, block):
+    """TransformerLM::moe_options: parameter_seed(moe.seed (0) ^ step, block)."""
+    return parameter_seed(step, block)
+
+
+def peer_values(net, t):
+    """gshard's tensors (stacked over layers, by parameter name) as the peer's parameters:
+    {id(parameter): tensor of its shape}."""
+    out = {id(net.embed.weight): t["embed"], id(net.pos): t["pos"],
+           id(net.ln_f.weight): t["lnf_g"], id(net.ln_f.bias): t["lnf_b"]}
+    dense = moe = 0
+    for l, b in enumerate(net.blocks):
+        m = t["wq"].shape[1]
+        out[id(b.ln1.weight)], out[id(b.ln1.bias)] = t["ln1_g"][l], t["ln1_b"][l]
+        out[id(b.ln2.weight)], out[id(b.ln2.bias)] = t["ln2_g"][l], t["ln2_b"][l]
+        # "M N D" -> nn.Linear's [out = (q|k|v, N, D), in = M]; "N D M" -> [M, N D]
+        out[id(b.attn.qkv.weight)] = torch.cat([t[n][l].reshape(m, -1).T
+                                                for n in ("wq", "wk", "wv")])
+        out[id(b.attn.out.weight)] = t["wo"][l].reshape(-1, m).T
+        if isinstance(b.ffn, MoE):
+            for n, p in (("moe_wg", b.ffn.wg), ("moe_wi", b.ffn.wi), ("moe_wo", b.ffn.wo)):
+                out[id(p)] = t[n][moe]
+            moe += 1
+        else:
+            out[id(b.ffn.wi.weight)] = t["ffn_wi"][dense].T
+            out[id(b.ffn.wo.weight)] = t["ffn_wo"][dense].T
+            dense += 1
+    return out
+
+
+def load_into(net, t):
+    values = peer_values(net, t)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.copy_(values[id(p)])
+
+
+def normals(seed, shape, sd):
+    """random_normal's float values (Box-Muller on streams 0 and 1) of a tensor of `shape`."""
+    n = math.prod(shape)
+    u1 = 1.0 - uniforms(seed, n, stream=0, as_float=False)
+    u2 = uniforms(seed, n, stream=1, as_float=False)
+    z = np.sqrt(-2.0 * np.log(u1)) * np.cos(6.283185307179586 * u2)
+    return torch.from_numpy((float(np.float32(sd)) * z).astype(np.float32).reshape(shape))
+
+
+def gshard_init(net, seed):
+    """TransformerLM::init(seed)'s parameters in the peer: N(0, 1/fan_in) weights, N(0, 0.02^2)
+    embedding and positions, each tensor from parameter_seed(seed, i), i in init order."""
+    b = net.blocks
+    layers, d_model, heads = len(b), net.embed.weight.shape[1], b[0].attn.heads
+    dense = [x.ffn for x in b if not isinstance(x.ffn, MoE)]
+    moe = [x.ffn for x in b if isinstance(x.ffn, MoE)]
+    ffn = dense[0].wi.weight.shape[0] if dense else moe[0].wi.shape[2]
+    experts, hidden = (moe[0].experts, moe[0].wi.shape[2]) if moe else (0, 0)
+    d = d_model // heads
+    shapes = [("embed", (net.embed.weight.shape[0], d_model), 0.02),
+              ("pos", tuple(net.pos.shape), 0.02)]
+    shapes += [(n, (layers, d_model, heads, d), d_model ** -0.5) for n in ("wq", "wk", "wv")]
+    shapes += [("wo", (layers, heads, d, d_model), (heads * d) ** -0.5),
+               ("ffn_wi", (len(dense), d_model, ffn), d_model ** -0.5),
+               ("ffn_wo", (len(dense), ffn, d_model), ffn ** -0.5),
+               ("moe_wg", (len(moe), d_model, experts), d_model ** -0.5),
+               ("moe_wi", (len(moe), experts, d_model, hidden), d_model ** -0.5),
+               ("moe_wo", (len(moe), experts, hidden, d_model), hidden ** -0.5)]
+    t = {name: normals(parameter_seed(seed, i), shape, sd)
+         for i, (name, shape, sd) in enumerate(shapes)}
+    t.update(ln1_g=torch.ones(layers, d_model), ln2_g=torch.ones(layers, d_model),
+             ln1_b=torch.zeros(layers, d_model), ln2_b=torch.zeros(layers, d_model),
+             lnf_g=torch.ones(d_model), lnf_b=torch.zeros(d_model))
+    load_into(net, t)
+
+
 def learning_rate(step, peak, warmup, total, final=0.1):
     """gshard::nn::cosine(peak, warmup, total, final) at update `step` (1 for the first)."""
     if step < warmup:
@@ -323,6 +430,8 @@ class Trainer:
         torch.manual_seed(a.seed)
         self.net = MoeLM(d_model=a.d_model, layers=a.layers, heads=a.heads, ffn=a.ffn,
                          experts=a.experts, context=a.context)
+        if a.init == "gshard":
+            gshard_init(self.net, a.seed)
         self.model = torch.compile(self.net) if a.compile else self.net
         self.params = list(self.net.parameters())
         self.opt = torch.optim.AdamW(self.params, lr=a.lr, betas=(0.9, 0.98), eps=1e-9,
@@ -365,6 +474,9 @@ def main():
                     help="the corpus' train batches (as the main job) or uniform random bytes")
     ap.add_argument("--train-seconds", type=float, default=0,
                     help="train on the corpus for this many seconds, then report held-out loss")
+    ap.add_argument("--train-steps", type=int, default=0,
+                    help="train on the corpus for this many steps (the schedule's length when "
+                         "--schedule-steps is 0), then report held-out loss")
     ap.add_argument("--csv", default="")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--context", type=int, default=128)
@@ -379,9 +491,16 @@ def main():
                     help="the cosine's length (0: fitted to --train-seconds, else 1000)")
     ap.add_argument("--eval-rows", type=int, default=16, help="held-out windows per language")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--init", choices=["torch", "gshard"], default="torch",
+                    help="torch: torch.manual_seed(seed) draws; gshard: the main job's initial "
+                         "parameters for --seed (its counter-based draws, rebuilt in numpy)")
     a = ap.parse_args()
+    if a.schedule_steps == 0 and a.train_steps > 0:
+        a.schedule_steps = a.train_steps
     if a.schedule_steps == 0 and not a.train_seconds > 0:
         a.schedule_steps = 1000
+    if a.train_steps > 0 and not a.train_seconds > 0:
+        a.train_seconds = math.inf
 
     torch.set_num_threads(a.threads)
     system = "torch_compile" if a.compile else "torch_eager"
@@ -411,7 +530,7 @@ def main():
             print(f"held-out loss at step 0: {before:.4f}", flush=True)
             trained, last_print, step = 0.0, 0.0, 0
             fit_at, first_dt = max(10, a.warmup_lr), 0.0
-            while trained < a.train_seconds:
+            while trained < a.train_seconds and (a.train_steps == 0 or step < a.train_steps):
                 t0 = time.perf_counter()
                 ce, aux, _ = t.step(*batch(step))
                 dt = time.perf_counter() - t0
