@@ -46,6 +46,7 @@ Usage: moe_lm_peer.py --steps 20 --warmup 3 --threads 1 [--compile] [--csv PATH]
        moe_lm_peer.py --train-steps 600 --threads 1 --seed 2
 """
 import argparse
+import contextlib
 import csv
 import math
 import os
@@ -220,6 +221,7 @@ class MoE(nn.Module):
         self.wg = nn.Parameter(torch.empty(d_model, experts))
         self.wi = nn.Parameter(torch.empty(experts, d_model, hidden))
         self.wo = nn.Parameter(torch.empty(experts, hidden, d_model))
+        self.u = None  # the routing uniforms "G S" of the next pass, when given (GshardDraws)
 
     def forward(self, x):
         G, S, M = x.shape
@@ -231,7 +233,7 @@ class MoE(nn.Module):
         idx = torch.stack((idx1, idx2), -1)                               # [G,S,K]
         chosen = gates.gather(-1, idx)
         with torch.no_grad():  # routing decisions: integers, no gradient
-            u = torch.rand(G, S, device=x.device)
+            u = self.u if self.u is not None else torch.rand(G, S, device=x.device)
             routed2 = 2 * chosen[..., 1] / chosen.sum(-1) > u             # random second expert
             mask1 = F.one_hot(idx1, E)
             mask2 = F.one_hot(idx2, E) * routed2[..., None]
@@ -335,7 +337,10 @@ def uniforms(seed, n, stream=0, as_float=True):
         base = _mix(key + GOLDEN)
         bits = _mix(base + np.arange(n, dtype=np.uint64) + GOLDEN)
     u = (bits >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
-    return u.astype(np.float32) if as_float else u
+    if not as_float:
+        return u
+    u = u.astype(np.float32)
+    return np.where(u < 1, u, np.float32(0))  # uniform_value: rounding up to 1 gives the low end
 
 
 def parameter_seed(seed, i):
@@ -347,6 +352,28 @@ def parameter_seed(seed, i):
 def routing_seed(step, block):
     """TransformerLM::moe_options: parameter_seed(moe.seed (0) ^ step, block)."""
     return parameter_seed(step, block)
+
+
+class GshardDraws:
+    """Within it, each MoE block's routing uniform (the second choice's "G S" of gshard's "G S K"
+    draw) is gshard's for `step` (TransformerLM::loss's seed: the step; 0 when evaluating)."""
+
+    def __init__(self, net, step, rows, context):
+        self.blocks = [b.ffn for b in net.blocks if isinstance(b.ffn, MoE)]
+        self.draws = []
+        for block, b in enumerate(net.blocks):
+            if isinstance(b.ffn, MoE):
+                u = uniforms(routing_seed(step, block), rows * context * 2)
+                self.draws.append(torch.from_numpy(u.reshape(rows, context, 2)[..., 1].copy()))
+
+    def __enter__(self):
+        for moe, u in zip(self.blocks, self.draws):
+            moe.u = u
+        return self
+
+    def __exit__(self, *exc):
+        for moe in self.blocks:
+            moe.u = None
 
 
 def peer_values(net, t):
@@ -400,15 +427,19 @@ def gshard_init(net, seed):
     ffn = dense[0].wi.weight.shape[0] if dense else moe[0].wi.shape[2]
     experts, hidden = (moe[0].experts, moe[0].wi.shape[2]) if moe else (0, 0)
     d = d_model // heads
+
+    def sd(fan_in):  # TransformerLM::init's 1 / sqrt(fan_in), in double
+        return 1 / math.sqrt(max(fan_in, 1))
+
     shapes = [("embed", (net.embed.weight.shape[0], d_model), 0.02),
               ("pos", tuple(net.pos.shape), 0.02)]
-    shapes += [(n, (layers, d_model, heads, d), d_model ** -0.5) for n in ("wq", "wk", "wv")]
-    shapes += [("wo", (layers, heads, d, d_model), (heads * d) ** -0.5),
-               ("ffn_wi", (len(dense), d_model, ffn), d_model ** -0.5),
-               ("ffn_wo", (len(dense), ffn, d_model), ffn ** -0.5),
-               ("moe_wg", (len(moe), d_model, experts), d_model ** -0.5),
-               ("moe_wi", (len(moe), experts, d_model, hidden), d_model ** -0.5),
-               ("moe_wo", (len(moe), experts, hidden, d_model), hidden ** -0.5)]
+    shapes += [(n, (layers, d_model, heads, d), sd(d_model)) for n in ("wq", "wk", "wv")]
+    shapes += [("wo", (layers, heads, d, d_model), sd(heads * d)),
+               ("ffn_wi", (len(dense), d_model, ffn), sd(d_model)),
+               ("ffn_wo", (len(dense), ffn, d_model), sd(ffn)),
+               ("moe_wg", (len(moe), d_model, experts), sd(d_model)),
+               ("moe_wi", (len(moe), experts, d_model, hidden), sd(d_model)),
+               ("moe_wo", (len(moe), experts, hidden, d_model), sd(hidden))]
     t = {name: normals(parameter_seed(seed, i), shape, sd)
          for i, (name, shape, sd) in enumerate(shapes)}
     t.update(ln1_g=torch.ones(layers, d_model), ln2_g=torch.ones(layers, d_model),
@@ -439,12 +470,19 @@ class Trainer:
         self.a = a
         self.updates = 0
 
+    def draws(self, step, rows):
+        """gshard's routing draws for this pass (--draws gshard), else PyTorch's."""
+        if self.a.draws == "gshard":
+            return GshardDraws(self.net, step, rows, self.a.context)
+        return contextlib.nullcontext()
+
     def step(self, x, y):
         for g in self.opt.param_groups:
             g["lr"] = learning_rate(self.updates + 1, self.a.lr, self.a.warmup_lr,
                                     max(self.a.schedule_steps, self.a.warmup_lr + 1))
         self.opt.zero_grad(set_to_none=True)
-        total, ce, aux = self.model(x, y)
+        with self.draws(self.updates, x.shape[0]):
+            total, ce, aux = self.model(x, y)
         total.backward()
         norm = torch.nn.utils.clip_grad_norm_(self.params, 1.0)
         self.opt.step()
@@ -454,8 +492,11 @@ class Trainer:
     @torch.no_grad()
     def held_out(self, corpus, rows):
         # Eager, so the evaluation batch shape does not recompile the compiled model.
-        losses = [self.net(*held_out_batch(corpus, lang, rows, self.a.context))[1].item()
-                  for lang in range(len(corpus["codes"]))]
+        losses = []
+        for lang in range(len(corpus["codes"])):
+            x, y = held_out_batch(corpus, lang, rows, self.a.context)
+            with self.draws(0, rows):  # the main job evaluates with routing seed 0
+                losses.append(self.net(x, y)[1].item())
         return sum(losses) / len(losses)
 
 
@@ -494,7 +535,12 @@ def main():
     ap.add_argument("--init", choices=["torch", "gshard"], default="torch",
                     help="torch: torch.manual_seed(seed) draws; gshard: the main job's initial "
                          "parameters for --seed (its counter-based draws, rebuilt in numpy)")
+    ap.add_argument("--draws", choices=["torch", "gshard"], default="torch",
+                    help="the random second expert's uniforms: torch.rand, or the main job's for "
+                         "each step (with --init gshard the run is the main job's, to rounding)")
     a = ap.parse_args()
+    if a.compile and a.draws == "gshard":
+        ap.error("--draws gshard feeds the MoE layers between calls; not under --compile")
     if a.schedule_steps == 0 and a.train_steps > 0:
         a.schedule_steps = a.train_steps
     if a.schedule_steps == 0 and not a.train_seconds > 0:

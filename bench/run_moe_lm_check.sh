@@ -5,7 +5,7 @@
 # first checkpoint; the held-out and step losses, every parameter's gradient and every update must
 # agree to float rounding. RESUME=1 resumes for the last step instead (a fresh process).
 #
-#   bench/run_moe_lm_check.sh                  # 600 steps (about 3 minutes on 2 cores)
+#   bench/run_moe_lm_check.sh                  # 600 steps (about 4 minutes on 2 cores)
 #   STEPS=100 MESH=1x2 bench/run_moe_lm_check.sh
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,6 +17,7 @@ cmake --preset release >/dev/null
 cmake --build build/release -j2 --target moe_lm
 
 steps=${STEPS:-600}
+[ "$steps" -ge 1 ] || { echo "run_moe_lm_check: STEPS must be at least 1" >&2; exit 2; }
 mesh=${MESH:-2x2}
 ranks=$(($(echo "$mesh" | tr 'x' '*')))
 dir=build/release/bench/moe_lm_check
@@ -30,7 +31,8 @@ if [ "${RESUME:-0}" = 1 ]; then
   run --steps "$steps"
   run --steps "$((steps + 1))"
 else
-  run --steps "$((steps + 1))"  # checkpoints after each 50 steps and the last; the newest two kept
+  # Checkpoints at each evaluation and after the last step; the newest two are kept.
+  run --steps "$((steps + 1))" --eval-every "$steps"
 fi
 printf -v a '%s/checkpoints/step_%08d.safetensors' "$dir" "$steps"
 printf -v b '%s/checkpoints/step_%08d.safetensors' "$dir" "$((steps + 1))"

@@ -6,7 +6,7 @@
 #
 # The Linux wheel is linked against NVIDIA's CUDA libraries even for CPU use: with --no-deps the
 # import fails (libcufile.so.0 missing), so the install takes its dependencies, about 5 GB of
-# mostly unused CUDA packages. numpy only silences torch's warning at import.
+# mostly unused CUDA packages. numpy: moe_lm_peer.py rebuilds gshard's random draws with it.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$root/build/torch-venv"
